@@ -1,0 +1,596 @@
+//! A simulated host: the real transport [`Endpoint`] on the simulator's NIC, plus an
+//! application that runs a [`WorkloadSpec`] as client or server and checks every completion.
+
+use crate::workload::*;
+use ferroce_sim::{Datagram, Ecn, Host, Nanos};
+use ferroce_transport::mem::{access, Regions};
+use ferroce_transport::wire::NATIVE_UDP_PORT;
+use ferroce_transport::*;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+/// What the server registered, as the client learns it out of band.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerKeys {
+    pub layout: ServerLayout,
+    pub write_rkey: u32,
+    pub read_rkey: u32,
+    pub read_len: u64,
+    pub atomic_rkey: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Expect {
+    op: OpKind,
+    s: u32,
+    i: u32,
+    len: u32,
+    local: u64,
+    raddr: u64,
+    orig: u64,
+    posted_at: u64,
+}
+
+/// Client side of the workload: posts work requests and verifies their completions.
+#[derive(Debug)]
+pub struct Client {
+    pub spec: WorkloadSpec,
+    pub peer: Ipv4Addr,
+    keys: ServerKeys,
+    pub conn: Option<ConnId>,
+    lkey: u32,
+    local_base: u64,
+    next_post: Vec<u32>,
+    next_done: Vec<u32>,
+    atomic_val: Vec<u64>,
+    expect: HashMap<u64, Expect>,
+    /// Completion time of every work request, minus its post time (ns).
+    pub latencies: Vec<u64>,
+    pub bytes_done: u64,
+    pub started_at: u64,
+    pub finished_at: Option<u64>,
+    /// Statuses of failed work requests (tests that expect errors read these).
+    pub failures: Vec<(u64, Status)>,
+}
+
+/// Server side: keeps receives posted and verifies what arrives.
+#[derive(Debug)]
+pub struct Server {
+    pub spec: WorkloadSpec,
+    pub keys: ServerKeys,
+    recv_lkey: u32,
+    consuming: Vec<Vec<u32>>,
+    next_recv: Vec<u32>,
+    pub recvs_done: u64,
+    pub conns: Vec<ConnId>,
+}
+
+#[derive(Debug)]
+pub enum Role {
+    Idle,
+    Client(Box<Client>),
+    Server(Box<Server>),
+}
+
+/// The transport core plus its application on one simulated host.
+#[derive(Debug)]
+pub struct NodeHost {
+    pub ep: Endpoint,
+    pub mem: Regions,
+    pub ip: Ipv4Addr,
+    pub role: Role,
+    /// Every verification failure, with what was expected.
+    pub errors: Vec<String>,
+    buf: Vec<u8>,
+}
+
+pub fn imm_of(s: u32, i: u32) -> u32 {
+    (s << 20) ^ i ^ 0xabc
+}
+
+fn wr_id(s: u32, i: u32) -> u64 {
+    ((s as u64) << 32) | i as u64
+}
+
+impl NodeHost {
+    pub fn new(ip: [u8; 4], cfg: EndpointConfig) -> Self {
+        NodeHost {
+            ep: Endpoint::new(cfg),
+            mem: Regions::new(),
+            ip: Ipv4Addr::from(ip),
+            role: Role::Idle,
+            errors: Vec::new(),
+            buf: vec![0; 65_536 + 256],
+        }
+    }
+
+    /// Make this host the workload's server; returns the keys the client needs.
+    pub fn make_server(&mut self, spec: &WorkloadSpec) -> ServerKeys {
+        let ms = spec.max_size() as u64;
+        let n = spec.streams as u64;
+        let layout = ServerLayout {
+            recv_base: 0x1000_0000,
+            write_base: 0x2000_0000,
+            read_base: 0x3000_0000,
+            atomic_base: 0x4000_0000,
+            slot: ms,
+        };
+        let recv_lkey = self.mem.register(
+            SERVER_PD,
+            layout.recv_base,
+            (n * spec.recv_depth as u64 * ms) as usize,
+            access::LOCAL_WRITE,
+        );
+        let write_rkey = self.mem.register(
+            SERVER_PD,
+            layout.write_base,
+            (n * WRITE_SLOTS as u64 * ms) as usize,
+            WRITE_ACCESS,
+        );
+        let read_len = (ms * 4).max(1 << 16);
+        let read_rkey = self.mem.register(
+            SERVER_PD,
+            layout.read_base,
+            read_len as usize,
+            access::REMOTE_READ,
+        );
+        if let Some(r) = self.mem.region_mut(read_rkey) {
+            for (a, b) in r.data.iter_mut().enumerate() {
+                *b = read_source_byte(a as u64);
+            }
+        }
+        let atomic_rkey = self.mem.register(
+            SERVER_PD,
+            layout.atomic_base,
+            (n * 8) as usize,
+            access::REMOTE_ATOMIC | access::LOCAL_WRITE,
+        );
+        let keys = ServerKeys {
+            layout,
+            write_rkey,
+            read_rkey,
+            read_len,
+            atomic_rkey,
+        };
+        self.role = Role::Server(Box::new(Server {
+            spec: spec.clone(),
+            keys,
+            recv_lkey,
+            consuming: (0..spec.streams).map(|s| spec.consuming(s)).collect(),
+            next_recv: vec![0; spec.streams as usize],
+            recvs_done: 0,
+            conns: Vec::new(),
+        }));
+        keys
+    }
+
+    /// Make this host the workload's client and open the connection at `now`.
+    pub fn start_client(&mut self, spec: &WorkloadSpec, peer: [u8; 4], keys: ServerKeys, now: u64) {
+        let ms = spec.max_size() as u64;
+        let local_base = 0x7000_0000;
+        let lkey = self.mem.register(
+            CLIENT_PD,
+            local_base,
+            (spec.streams as u64 * spec.depth as u64 * ms) as usize,
+            access::LOCAL_WRITE,
+        );
+        let peer = Ipv4Addr::from(peer);
+        let conn = self.ep.connect(peer);
+        let n = spec.streams as usize;
+        self.role = Role::Client(Box::new(Client {
+            spec: spec.clone(),
+            peer,
+            keys,
+            conn: Some(conn),
+            lkey,
+            local_base,
+            next_post: vec![0; n],
+            next_done: vec![0; n],
+            atomic_val: vec![0; n],
+            expect: HashMap::new(),
+            latencies: Vec::new(),
+            bytes_done: 0,
+            started_at: now,
+            finished_at: None,
+            failures: Vec::new(),
+        }));
+    }
+
+    pub fn client(&self) -> Option<&Client> {
+        match &self.role {
+            Role::Client(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub fn server(&self) -> Option<&Server> {
+        match &self.role {
+            Role::Server(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether the client has seen every work request complete.
+    pub fn client_done(&self) -> bool {
+        self.client().is_some_and(|c| c.finished_at.is_some())
+    }
+
+    /// Check the server's write slots against the last write to each (end-of-run check).
+    pub fn verify_server_writes(&self) -> Vec<String> {
+        let mut errs = Vec::new();
+        let Some(srv) = self.server() else {
+            return errs;
+        };
+        let spec = &srv.spec;
+        let Some(region) = self.mem.region(srv.keys.write_rkey) else {
+            return vec!["write region missing".into()];
+        };
+        for s in 0..spec.streams {
+            let mut last: HashMap<u32, (u32, u32)> = HashMap::new();
+            for i in 0..spec.messages {
+                let (op, size) = spec.op_at(s, i);
+                if matches!(op, OpKind::Write | OpKind::WriteImm) {
+                    last.insert(i % WRITE_SLOTS, (i, size));
+                }
+            }
+            for (slot, (i, size)) in last {
+                let off = ((s * WRITE_SLOTS + slot) as u64 * srv.keys.layout.slot) as usize;
+                let bytes = &region.data[off..off + size as usize];
+                if let Some(j) = check_pattern(bytes, s, i) {
+                    errs.push(format!(
+                        "stream {s} write {i}: byte {j} wrong in server memory"
+                    ));
+                }
+            }
+        }
+        errs
+    }
+
+    fn pump(&mut self, now: u64) {
+        while let Some(ev) = self.ep.poll_event() {
+            self.on_event(now, ev);
+        }
+        while let Some(c) = self.ep.poll_completion() {
+            self.on_completion(now, c);
+        }
+    }
+
+    fn on_event(&mut self, now: u64, ev: Event) {
+        match (&mut self.role, ev) {
+            (Role::Client(cl), Event::Connected { conn, .. }) => {
+                for s in 0..cl.spec.streams {
+                    if let Err(e) = self.ep.create_stream(conn, s + 1, s + 1, CLIENT_PD) {
+                        self.errors.push(format!("create_stream: {e}"));
+                    }
+                }
+                for s in 0..cl.spec.streams {
+                    for _ in 0..cl.spec.depth {
+                        Self::post_next(&mut self.ep, &mut self.mem, cl, s, now, &mut self.errors);
+                    }
+                }
+            }
+            (Role::Server(sv), Event::Accepted { conn, .. }) => {
+                sv.conns.push(conn);
+                for s in 0..sv.spec.streams {
+                    if let Err(e) = self.ep.create_stream(conn, s + 1, s + 1, SERVER_PD) {
+                        self.errors.push(format!("create_stream: {e}"));
+                    }
+                    for _ in 0..sv.spec.recv_depth {
+                        Self::post_recv(&mut self.ep, sv, conn, s, &mut self.errors);
+                    }
+                }
+            }
+            (Role::Client(cl), Event::Failed { .. }) => {
+                if cl.finished_at.is_none() {
+                    self.errors.push(format!("connection failed at {now} ns"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn post_recv(
+        ep: &mut Endpoint,
+        sv: &mut Server,
+        conn: ConnId,
+        s: u32,
+        errors: &mut Vec<String>,
+    ) {
+        let k = sv.next_recv[s as usize];
+        if k as usize >= sv.consuming[s as usize].len() {
+            return;
+        }
+        sv.next_recv[s as usize] += 1;
+        let slot = (s * sv.spec.recv_depth + k % sv.spec.recv_depth) as u64;
+        let wr = RecvWr {
+            wr_id: wr_id(s, k),
+            sgl: [Sge {
+                lkey: sv.recv_lkey,
+                addr: sv.keys.layout.recv_base + slot * sv.keys.layout.slot,
+                len: sv.keys.layout.slot as u32,
+            }]
+            .into_iter()
+            .collect(),
+        };
+        if let Err(e) = ep.post_recv(conn, s + 1, wr) {
+            errors.push(format!("post_recv: {e}"));
+        }
+    }
+
+    fn post_next(
+        ep: &mut Endpoint,
+        mem: &mut Regions,
+        cl: &mut Client,
+        s: u32,
+        now: u64,
+        errors: &mut Vec<String>,
+    ) {
+        let su = s as usize;
+        let i = cl.next_post[su];
+        if i >= cl.spec.messages {
+            return;
+        }
+        cl.next_post[su] += 1;
+        let Some(conn) = cl.conn else { return };
+        let (op, size) = cl.spec.op_at(s, i);
+        let ms = cl.spec.max_size() as u64;
+        let local =
+            cl.local_base + (s as u64 * cl.spec.depth as u64 + (i % cl.spec.depth) as u64) * ms;
+        let lay = cl.keys.layout;
+        if matches!(
+            op,
+            OpKind::Send | OpKind::SendImm | OpKind::Write | OpKind::WriteImm
+        ) {
+            if let Some(r) = mem.region_mut(cl.lkey) {
+                let off = (local - r.addr) as usize;
+                fill_pattern(&mut r.data[off..off + size as usize], s, i);
+            }
+        }
+        let write_addr = lay.write_base + ((s * WRITE_SLOTS + i % WRITE_SLOTS) as u64) * lay.slot;
+        let read_addr =
+            lay.read_base + ((s as u64 * 4099 + i as u64 * 64) % (cl.keys.read_len - ms));
+        let atomic_addr = lay.atomic_base + s as u64 * 8;
+        let mut orig = 0;
+        let (sop, raddr) = match op {
+            OpKind::Send => (SendOp::Send { imm: None }, 0),
+            OpKind::SendImm => (
+                SendOp::Send {
+                    imm: Some(imm_of(s, i)),
+                },
+                0,
+            ),
+            OpKind::Write => (
+                SendOp::Write {
+                    rkey: cl.keys.write_rkey,
+                    raddr: write_addr,
+                    imm: None,
+                },
+                write_addr,
+            ),
+            OpKind::WriteImm => (
+                SendOp::Write {
+                    rkey: cl.keys.write_rkey,
+                    raddr: write_addr,
+                    imm: Some(imm_of(s, i)),
+                },
+                write_addr,
+            ),
+            OpKind::Read => (
+                SendOp::Read {
+                    rkey: cl.keys.read_rkey,
+                    raddr: read_addr,
+                },
+                read_addr,
+            ),
+            OpKind::FetchAdd => {
+                orig = cl.atomic_val[su];
+                cl.atomic_val[su] = orig.wrapping_add(i as u64 + 1);
+                (
+                    SendOp::FetchAdd {
+                        rkey: cl.keys.atomic_rkey,
+                        raddr: atomic_addr,
+                        add: i as u64 + 1,
+                    },
+                    atomic_addr,
+                )
+            }
+            OpKind::CmpSwap => {
+                orig = cl.atomic_val[su];
+                let swap = orig.wrapping_add(1000 + i as u64);
+                cl.atomic_val[su] = swap;
+                (
+                    SendOp::CmpSwap {
+                        rkey: cl.keys.atomic_rkey,
+                        raddr: atomic_addr,
+                        compare: orig,
+                        swap,
+                    },
+                    atomic_addr,
+                )
+            }
+        };
+        let id = wr_id(s, i);
+        cl.expect.insert(
+            id,
+            Expect {
+                op,
+                s,
+                i,
+                len: size,
+                local,
+                raddr,
+                orig,
+                posted_at: now,
+            },
+        );
+        let wr = SendWr {
+            wr_id: id,
+            op: sop,
+            sgl: [Sge {
+                lkey: cl.lkey,
+                addr: local,
+                len: size,
+            }]
+            .into_iter()
+            .collect(),
+            signaled: true,
+            solicited: false,
+        };
+        if let Err(e) = ep.post_send(conn, s + 1, wr) {
+            errors.push(format!("post_send stream {s} wr {i}: {e}"));
+        }
+    }
+
+    fn on_completion(&mut self, now: u64, c: Completion) {
+        match &mut self.role {
+            Role::Client(cl) => {
+                let Some(x) = cl.expect.remove(&c.wr_id) else {
+                    self.errors
+                        .push(format!("unexpected or duplicate completion {c:?}"));
+                    return;
+                };
+                let su = x.s as usize;
+                if cl.next_done[su] != x.i {
+                    self.errors.push(format!(
+                        "stream {} completed wr {} before wr {}",
+                        x.s, x.i, cl.next_done[su]
+                    ));
+                }
+                cl.next_done[su] = x.i + 1;
+                if c.status != Status::Success {
+                    cl.failures.push((c.wr_id, c.status));
+                    self.errors.push(format!(
+                        "stream {} wr {} ({:?}) failed: {:?}",
+                        x.s, x.i, x.op, c.status
+                    ));
+                } else {
+                    let r = self.mem.region(cl.lkey);
+                    let local = r.map(|r| {
+                        let off = (x.local - r.addr) as usize;
+                        &r.data[off..off + x.len as usize]
+                    });
+                    match (x.op, local) {
+                        (OpKind::Read, Some(buf)) => {
+                            let base = x.raddr - cl.keys.layout.read_base;
+                            if let Some(j) = (0..buf.len())
+                                .find(|&j| buf[j] != read_source_byte(base + j as u64))
+                            {
+                                self.errors
+                                    .push(format!("stream {} read {}: byte {j} wrong", x.s, x.i));
+                            }
+                        }
+                        (OpKind::FetchAdd | OpKind::CmpSwap, Some(buf)) => {
+                            let mut b = [0u8; 8];
+                            b.copy_from_slice(&buf[..8]);
+                            let got = u64::from_ne_bytes(b);
+                            if got != x.orig {
+                                self.errors.push(format!(
+                                    "stream {} atomic {}: original {got}, expected {}",
+                                    x.s, x.i, x.orig
+                                ));
+                            }
+                        }
+                        _ => {}
+                    }
+                    if !x.op.is_atomic() {
+                        cl.bytes_done += x.len as u64;
+                    }
+                }
+                cl.latencies.push(now - x.posted_at);
+                let s = x.s;
+                Self::post_next(&mut self.ep, &mut self.mem, cl, s, now, &mut self.errors);
+                if cl.next_done.iter().all(|&d| d >= cl.spec.messages) && cl.finished_at.is_none() {
+                    cl.finished_at = Some(now);
+                }
+            }
+            Role::Server(sv) => {
+                let s = (c.wr_id >> 32) as u32;
+                let k = c.wr_id as u32;
+                let Some(&i) = sv.consuming.get(s as usize).and_then(|v| v.get(k as usize)) else {
+                    self.errors
+                        .push(format!("unexpected receive completion {c:?}"));
+                    return;
+                };
+                if c.status != Status::Success {
+                    self.errors
+                        .push(format!("stream {s} receive {k} failed: {:?}", c.status));
+                    return;
+                }
+                sv.recvs_done += 1;
+                let (op, size) = sv.spec.op_at(s, i);
+                if c.byte_len != size {
+                    self.errors.push(format!(
+                        "stream {s} recv {k}: {} bytes, expected {size}",
+                        c.byte_len
+                    ));
+                }
+                let want_imm =
+                    matches!(op, OpKind::SendImm | OpKind::WriteImm).then(|| imm_of(s, i));
+                if c.imm != want_imm {
+                    self.errors.push(format!(
+                        "stream {s} recv {k}: imm {:?}, expected {want_imm:?}",
+                        c.imm
+                    ));
+                }
+                let lay = sv.keys.layout;
+                let (key, addr) = if op == OpKind::WriteImm {
+                    (
+                        sv.keys.write_rkey,
+                        lay.write_base + ((s * WRITE_SLOTS + i % WRITE_SLOTS) as u64) * lay.slot,
+                    )
+                } else {
+                    (
+                        sv.recv_lkey,
+                        lay.recv_base
+                            + ((s * sv.spec.recv_depth + k % sv.spec.recv_depth) as u64) * lay.slot,
+                    )
+                };
+                if let Some(r) = self.mem.region(key) {
+                    let off = (addr - r.addr) as usize;
+                    if let Some(j) = check_pattern(&r.data[off..off + size as usize], s, i) {
+                        self.errors
+                            .push(format!("stream {s} message {i} ({op:?}): byte {j} wrong"));
+                    }
+                }
+                let conn = c.conn;
+                Self::post_recv(&mut self.ep, sv, conn, s, &mut self.errors);
+            }
+            Role::Idle => {}
+        }
+    }
+}
+
+impl Host for NodeHost {
+    fn handle_datagram(&mut self, now: Nanos, _port: usize, d: Datagram) {
+        if d.dst_port != NATIVE_UDP_PORT {
+            return;
+        }
+        let ce = d.ecn == Ecn::Ce;
+        self.ep
+            .handle_datagram(now, Ipv4Addr::from(d.src_ip), ce, &d.payload, &mut self.mem);
+        self.pump(now);
+    }
+
+    fn poll_transmit(&mut self, now: Nanos) -> Option<Datagram> {
+        let t = self.ep.poll_transmit(now, &mut self.buf, &mut self.mem);
+        self.pump(now);
+        let t = t?;
+        Some(Datagram {
+            src_ip: self.ip.octets(),
+            dst_ip: t.dst.octets(),
+            src_port: t.src_port,
+            dst_port: t.dst_port,
+            ecn: Ecn::Ect0,
+            payload: self.buf[..t.len].to_vec(),
+        })
+    }
+
+    fn poll_timeout(&mut self) -> Option<Nanos> {
+        self.ep.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: Nanos) {
+        self.ep.handle_timeout(now);
+        self.pump(now);
+    }
+}

@@ -1,0 +1,171 @@
+//! What the embedder hands the core (work requests) and gets back (completions, events,
+//! datagrams to send).
+
+use smallvec::SmallVec;
+use std::net::Ipv4Addr;
+
+/// A connection handle: the local connection id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u32);
+
+/// A scatter/gather element of local registered memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    pub lkey: u32,
+    pub addr: u64,
+    pub len: u32,
+}
+
+/// Up to a few SGEs inline, as verbs applications mostly use one or two.
+pub type SgList = SmallVec<[Sge; 2]>;
+
+/// The operation of a send-queue work request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    Send {
+        imm: Option<u32>,
+    },
+    Write {
+        rkey: u32,
+        raddr: u64,
+        imm: Option<u32>,
+    },
+    /// Reads `len` of the local SG list's total length.
+    Read {
+        rkey: u32,
+        raddr: u64,
+    },
+    /// The local SG list names the 8 bytes that receive the original value.
+    FetchAdd {
+        rkey: u32,
+        raddr: u64,
+        add: u64,
+    },
+    CmpSwap {
+        rkey: u32,
+        raddr: u64,
+        compare: u64,
+        swap: u64,
+    },
+}
+
+/// A send-queue work request (verbs `ibv_send_wr`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub op: SendOp,
+    /// Local memory: the source of SEND/WRITE, the destination of READ and ATOMIC results.
+    pub sgl: SgList,
+    /// Report a completion on success (errors are always reported).
+    pub signaled: bool,
+    pub solicited: bool,
+}
+
+impl SendWr {
+    pub fn len(&self) -> u64 {
+        self.sgl.iter().map(|s| s.len as u64).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A receive-queue work request (verbs `ibv_recv_wr`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sgl: SgList,
+}
+
+/// Completion status (verbs `ibv_wc_status` subset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    Success,
+    /// Local memory of the work request could not be read or written.
+    LocalProtection,
+    /// A SEND was longer than the receive buffer.
+    LocalLength,
+    /// The responder refused: rkey, access right or bounds.
+    RemoteAccess,
+    /// The responder refused: unknown stream, malformed or unsupported request.
+    RemoteInvalidRequest,
+    /// The peer stopped answering (retry limit reached).
+    RetryExceeded,
+    /// RNR NACKs exceeded the retry count.
+    RnrRetryExceeded,
+    /// Flushed because the stream or connection entered the error state.
+    Flushed,
+}
+
+/// Which operation completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CompletionOp {
+    Send,
+    Write,
+    Read,
+    FetchAdd,
+    CmpSwap,
+    /// A receive consumed by a SEND.
+    Recv,
+    /// A receive consumed by a WRITE with immediate.
+    RecvWriteImm,
+}
+
+/// A work completion (verbs `ibv_wc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub conn: ConnId,
+    pub stream: u32,
+    pub wr_id: u64,
+    pub status: Status,
+    pub op: CompletionOp,
+    /// Bytes received (receives) or transferred (requests).
+    pub byte_len: u32,
+    pub imm: Option<u32>,
+}
+
+/// Connection-level events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A connection this endpoint opened is established.
+    Connected { conn: ConnId, peer: Ipv4Addr },
+    /// A peer opened a connection to this endpoint.
+    Accepted { conn: ConnId, peer: Ipv4Addr },
+    /// The connection failed (peer silent past the retry limit, or refused).
+    Failed { conn: ConnId },
+    /// The connection closed.
+    Closed { conn: ConnId },
+}
+
+/// A datagram the embedder must send: the UDP payload is in the caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    pub dst: Ipv4Addr,
+    /// UDP source port: the path's ECMP entropy.
+    pub src_port: u16,
+    pub dst_port: u16,
+    /// Bytes of the buffer to send.
+    pub len: usize,
+}
+
+/// Why a work request or stream operation was refused at post time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostError {
+    UnknownConnection,
+    UnknownStream,
+    StreamExists,
+    /// The stream is in the error state: flush it or recreate it.
+    StreamInError,
+    /// Message longer than 2^32 - 1 bytes, or an atomic whose local buffer is not 8 bytes.
+    InvalidLength,
+    /// The connection is closing or failed.
+    ConnectionClosed,
+}
+
+impl std::fmt::Display for PostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+impl std::error::Error for PostError {}

@@ -1,0 +1,97 @@
+//! Every tunable of the core, with the spec's defaults (spec/transport.md, spec/congestion.md).
+
+/// Endpoint-wide settings.
+#[derive(Clone, Debug)]
+pub struct EndpointConfig {
+    /// This host's line rate in Mbit/s: the inbound capacity the fair-share allocation divides.
+    pub line_rate_mbps: u32,
+    /// Seed for connection ids and path entropy, so runs are reproducible.
+    pub seed: u64,
+    /// Defaults for connections this endpoint opens or accepts.
+    pub conn: ConnConfig,
+    /// How often the receiver recomputes fair shares (ns).
+    pub share_interval_ns: u64,
+    /// Fraction of the inbound capacity handed out as hints (headroom keeps queues short).
+    pub share_target: f64,
+    /// Whether ACKs carry the receiver's fair-share hint.
+    pub rate_hints: bool,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            line_rate_mbps: 100_000,
+            seed: 0x5eed_f00d,
+            conn: ConnConfig::default(),
+            share_interval_ns: 10_000,
+            share_target: 0.95,
+            rate_hints: true,
+        }
+    }
+}
+
+/// Per-connection settings.
+#[derive(Clone, Debug)]
+pub struct ConnConfig {
+    /// Paths the connection asks for (the agreed count is the smaller of both sides).
+    pub paths: u8,
+    /// Largest payload per packet (bytes); the agreed value is the smaller of both sides.
+    pub mtu: u16,
+    /// RTT assumed before the first sample, and the one the initial window is sized for (ns).
+    pub initial_rtt_ns: u64,
+    /// Lower bound of the retransmission timeout (ns).
+    pub min_rto_ns: u64,
+    /// Upper bound of the retransmission timeout (ns).
+    pub max_rto_ns: u64,
+    /// Retransmission timeout before the first RTT sample (ns).
+    pub initial_rto_ns: u64,
+    /// Reliable packets per path between two ACKs.
+    pub ack_every: u32,
+    /// Longest a receiver holds an ACK (ns).
+    pub ack_delay_ns: u64,
+    /// OPEN / CLOSE resend interval (ns), doubled after each try.
+    pub open_rto_ns: u64,
+    /// OPEN / CLOSE tries before the connection fails.
+    pub open_tries: u32,
+    /// Consecutive RTOs without progress on any path before the connection fails.
+    pub retry_limit: u32,
+    /// RNR NACKs tolerated per work request; 7 means retry forever (IBTA).
+    pub rnr_retry: u8,
+    /// RNR retry delay used when a NACK says 0 (ns).
+    pub default_rnr_delay_ns: u64,
+    /// Consecutive RTOs that move a Suspect path to Failed.
+    pub fail_after_rtos: u32,
+    /// Probe interval of a Failed (Probing) path (ns).
+    pub probe_interval_ns: u64,
+    /// Messages a stream accepts ahead of its oldest incomplete one.
+    pub stream_window: u32,
+    /// DCTCP gain g for the per-path marked-fraction average.
+    pub dctcp_g: f64,
+    /// Floor of the multiplicative decrease factor.
+    pub md_floor: f64,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            paths: 8,
+            mtu: 4096,
+            initial_rtt_ns: 20_000,
+            min_rto_ns: 100_000,
+            max_rto_ns: 100_000_000,
+            initial_rto_ns: 1_000_000,
+            ack_every: 4,
+            ack_delay_ns: 5_000,
+            open_rto_ns: 1_000_000,
+            open_tries: 8,
+            retry_limit: 16,
+            rnr_retry: 7,
+            default_rnr_delay_ns: 100_000,
+            fail_after_rtos: 3,
+            probe_interval_ns: 1_000_000,
+            stream_window: 1024,
+            dctcp_g: 1.0 / 16.0,
+            md_floor: 0.5,
+        }
+    }
+}

@@ -1,0 +1,1776 @@
+//! A connection to one peer: many ordered streams above, N paths below (spec/transport.md).
+
+use crate::api::*;
+use crate::bits::Bits;
+use crate::config::ConnConfig;
+use crate::counters::ConnCounters;
+use crate::mem::{access, AtomicOp, MemError, Memory};
+use crate::path::{ChunkRef, PathState, RxPath, RxVerdict, TxPath};
+use crate::wire::{
+    self, flags, AckRepr, Body, CloseRepr, DataOp, DataRepr, MsgHeader, NackReason, NackRepr,
+    OpenRepr, Packet, ProbeRepr, SeqHeader,
+};
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnState {
+    /// OPEN sent, waiting for OPEN_ACK.
+    Opening,
+    Open,
+    /// Close requested: waiting for outstanding work, then CLOSE until CLOSE_ACK.
+    Closing,
+    Closed,
+    Failed,
+}
+
+/// A requester work request in flight.
+#[derive(Debug)]
+struct ReqWr {
+    wr: SendWr,
+    rsn: u32,
+    len: u32,
+    /// Request chunks (packets) this WR sends.
+    chunks: u32,
+    acked: Bits,
+    /// Response chunks expected (READ, ATOMIC), and those placed.
+    resp_chunks: u32,
+    resp_got: Bits,
+    status: Option<Status>,
+    rnr_count: u8,
+}
+
+impl ReqWr {
+    fn done(&self) -> bool {
+        self.status.is_some()
+            || (self.acked.count() == self.chunks && self.resp_got.count() == self.resp_chunks)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum RxKind {
+    Send { imm: Option<u32> },
+    Write,
+    WriteImm { imm: u32 },
+    Read { rkey: u32, raddr: u64 },
+    Atomic { rkey: u32, raddr: u64, op: AtomicOp },
+}
+
+/// A message being received (responder side).
+#[derive(Debug)]
+struct RxMsg {
+    kind: RxKind,
+    length: u32,
+    chunks: u32,
+    got: Bits,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum RespKind {
+    Read { rkey: u32, raddr: u64 },
+    Atomic { orig: u64 },
+}
+
+/// An outgoing response (READ data, ATOMIC result), reliable like a request.
+#[derive(Debug)]
+struct Resp {
+    kind: RespKind,
+    length: u32,
+    chunks: u32,
+    acked: Bits,
+}
+
+#[derive(Debug)]
+struct Stream {
+    remote: u32,
+    pd: u32,
+    error: bool,
+    in_active: bool,
+    // requester
+    next_msn: u32,
+    next_rsn: u32,
+    base_msn: u32,
+    wrs: VecDeque<ReqWr>,
+    cursor_msn: u32,
+    cursor_chunk: u32,
+    // responder
+    rx_base_msn: u32,
+    rx_msgs: HashMap<u32, RxMsg>,
+    posted: VecDeque<RecvWr>,
+    /// Receives consumed so far: the RSN of `posted[0]`.
+    consumed_rsn: u32,
+    responses: HashMap<u32, Resp>,
+}
+
+impl Stream {
+    fn wr_mut(&mut self, msn: u32) -> Option<&mut ReqWr> {
+        let d = msn.wrapping_sub(self.base_msn) as usize;
+        self.wrs.get_mut(d)
+    }
+}
+
+enum Verdict {
+    Accept,
+    Refuse(NackReason, u8),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ctrl {
+    Open,
+    OpenAck,
+    Close,
+    CloseAck,
+    Probe(u8),
+    ProbeAck(u8, ProbeRepr),
+}
+
+/// One connection: the sans-IO state machine for a peer host.
+#[derive(Debug)]
+pub struct Connection {
+    pub id: ConnId,
+    pub peer: Ipv4Addr,
+    /// The peer's connection id (0 until known).
+    pub peer_conn: u32,
+    pub state: ConnState,
+    cfg: ConnConfig,
+    mtu: u32,
+    line_rate_mbps: u32,
+    seed: u64,
+    paths: Vec<TxPath>,
+    rx_paths: Vec<RxPath>,
+    streams: HashMap<u32, Stream>,
+    active: VecDeque<u32>,
+    resp_queue: VecDeque<ChunkRef>,
+    retx: VecDeque<(ChunkRef, u8)>,
+    rnr_wait: Vec<(u64, ChunkRef)>,
+    ack_queue: VecDeque<u8>,
+    ack_queued: Vec<bool>,
+    nack_queue: VecDeque<(u8, NackRepr)>,
+    ctrl_queue: VecDeque<Ctrl>,
+    ctrl_at: Option<u64>,
+    ctrl_tries: u32,
+    rr: usize,
+    /// Fair-share rate the peer's receiver hinted to us (Mbit/s), sender side.
+    pub peer_hint_mbps: u32,
+    /// Fair-share rate we hint to the peer in our ACKs (set by the endpoint).
+    pub hint_for_peer_mbps: u32,
+    /// Bytes received and BACKLOG seen since the endpoint last looked (fair share input).
+    pub(crate) rx_bytes_window: u64,
+    pub(crate) backlog_seen: bool,
+    no_progress_rtos: u32,
+    pub counters: ConnCounters,
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) events: VecDeque<Event>,
+}
+
+/// splitmix64: the entropy and id generator the spec names.
+pub(crate) fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// UDP source port of path `i` in generation `g` (spec/transport.md, "Paths").
+pub fn path_entropy(seed: u64, i: u8, g: u32) -> u16 {
+    49152 + (splitmix64(seed ^ ((i as u64) << 32) ^ g as u64) % 16384) as u16
+}
+
+fn nack_index(r: NackReason) -> usize {
+    r as usize
+}
+
+/// Copy `buf.len()` bytes at message offset `off` out of an SG list.
+fn sgl_read(
+    mem: &mut dyn Memory,
+    sgl: &SgList,
+    mut off: u64,
+    buf: &mut [u8],
+) -> Result<(), MemError> {
+    let mut done = 0;
+    for s in sgl {
+        if done == buf.len() {
+            break;
+        }
+        if off >= s.len as u64 {
+            off -= s.len as u64;
+            continue;
+        }
+        let n = ((s.len as u64 - off) as usize).min(buf.len() - done);
+        mem.read_local(s.lkey, s.addr + off, &mut buf[done..done + n])?;
+        done += n;
+        off = 0;
+    }
+    if done == buf.len() {
+        Ok(())
+    } else {
+        Err(MemError::OutOfBounds)
+    }
+}
+
+/// Copy `data` to message offset `off` of an SG list.
+fn sgl_write(
+    mem: &mut dyn Memory,
+    sgl: &SgList,
+    mut off: u64,
+    data: &[u8],
+) -> Result<(), MemError> {
+    let mut done = 0;
+    for s in sgl {
+        if done == data.len() {
+            break;
+        }
+        if off >= s.len as u64 {
+            off -= s.len as u64;
+            continue;
+        }
+        let n = ((s.len as u64 - off) as usize).min(data.len() - done);
+        mem.write_local(s.lkey, s.addr + off, &data[done..done + n])?;
+        done += n;
+        off = 0;
+    }
+    if done == data.len() {
+        Ok(())
+    } else {
+        Err(MemError::OutOfBounds)
+    }
+}
+
+fn sgl_len(sgl: &SgList) -> u64 {
+    sgl.iter().map(|s| s.len as u64).sum()
+}
+
+impl Connection {
+    pub(crate) fn new(
+        id: ConnId,
+        peer: Ipv4Addr,
+        peer_conn: u32,
+        cfg: ConnConfig,
+        line_rate_mbps: u32,
+        seed: u64,
+    ) -> Self {
+        let state = if peer_conn == 0 {
+            ConnState::Opening
+        } else {
+            ConnState::Open
+        };
+        let mut c = Connection {
+            id,
+            peer,
+            peer_conn,
+            state,
+            mtu: cfg.mtu as u32,
+            cfg,
+            line_rate_mbps,
+            seed,
+            paths: Vec::new(),
+            rx_paths: Vec::new(),
+            streams: HashMap::new(),
+            active: VecDeque::new(),
+            resp_queue: VecDeque::new(),
+            retx: VecDeque::new(),
+            rnr_wait: Vec::new(),
+            ack_queue: VecDeque::new(),
+            ack_queued: Vec::new(),
+            nack_queue: VecDeque::new(),
+            ctrl_queue: VecDeque::new(),
+            ctrl_at: None,
+            ctrl_tries: 0,
+            rr: 0,
+            peer_hint_mbps: 0,
+            hint_for_peer_mbps: 0,
+            rx_bytes_window: 0,
+            backlog_seen: false,
+            no_progress_rtos: 0,
+            counters: ConnCounters::default(),
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+        };
+        if state == ConnState::Opening {
+            c.ctrl_queue.push_back(Ctrl::Open);
+        }
+        c
+    }
+
+    /// Apply the parameters both sides agreed on and build the paths.
+    pub(crate) fn establish(&mut self, peer: &OpenRepr) {
+        let n = self.cfg.paths.min(peer.paths).max(1);
+        self.mtu = (self.cfg.mtu.min(peer.mtu) as u32).max(64);
+        if peer.line_rate_mbps > 0 {
+            self.line_rate_mbps = self.line_rate_mbps.min(peer.line_rate_mbps);
+        }
+        let bytes_per_ns = self.line_rate_mbps as f64 / 8000.0;
+        let init_window =
+            (bytes_per_ns * self.cfg.initial_rtt_ns as f64).max(self.mtu as f64 * 2.0);
+        self.paths = (0..n)
+            .map(|i| {
+                TxPath::new(
+                    i,
+                    path_entropy(self.seed, i, 0),
+                    &self.cfg,
+                    (init_window / n as f64).max(self.mtu as f64),
+                    init_window,
+                )
+            })
+            .collect();
+        self.rx_paths = (0..n).map(|_| RxPath::default()).collect();
+        self.ack_queued = vec![false; n as usize];
+        self.peer_conn = peer.src_conn;
+        self.state = ConnState::Open;
+    }
+
+    pub(crate) fn open_repr(&self) -> OpenRepr {
+        OpenRepr {
+            src_conn: self.id.0,
+            paths: self.cfg.paths,
+            mtu: self.cfg.mtu,
+            line_rate_mbps: self.line_rate_mbps,
+        }
+    }
+
+    pub(crate) fn queue_open_ack(&mut self) {
+        self.ctrl_queue.push_back(Ctrl::OpenAck);
+    }
+
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+    pub fn num_paths(&self) -> usize {
+        self.paths.len()
+    }
+    pub fn path(&self, i: usize) -> Option<&TxPath> {
+        self.paths.get(i)
+    }
+    pub fn paths(&self) -> &[TxPath] {
+        &self.paths
+    }
+
+    /// Force a path into the failed state (operator action, tests).
+    pub fn fail_path(&mut self, i: usize, now: u64) {
+        if let Some(p) = self.paths.get_mut(i) {
+            for c in p.on_rto(now, &self.cfg) {
+                self.retx.push_back((c, i as u8));
+            }
+            p.fail(now);
+        }
+    }
+
+    // ---- streams and work requests ----------------------------------------------------
+
+    pub(crate) fn create_stream(
+        &mut self,
+        local: u32,
+        remote: u32,
+        pd: u32,
+    ) -> Result<(), PostError> {
+        if self.streams.contains_key(&local) {
+            return Err(PostError::StreamExists);
+        }
+        self.streams.insert(
+            local,
+            Stream {
+                remote,
+                pd,
+                error: false,
+                in_active: false,
+                next_msn: 0,
+                next_rsn: 0,
+                base_msn: 0,
+                wrs: VecDeque::new(),
+                cursor_msn: 0,
+                cursor_chunk: 0,
+                rx_base_msn: 0,
+                rx_msgs: HashMap::new(),
+                posted: VecDeque::new(),
+                consumed_rsn: 0,
+                responses: HashMap::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Remove a stream, flushing whatever it still holds.
+    pub(crate) fn destroy_stream(&mut self, local: u32) -> Result<(), PostError> {
+        self.flush_stream(local);
+        self.streams
+            .remove(&local)
+            .map(|_| ())
+            .ok_or(PostError::UnknownStream)
+    }
+
+    pub(crate) fn post_send(&mut self, local: u32, wr: SendWr) -> Result<(), PostError> {
+        if matches!(
+            self.state,
+            ConnState::Closing | ConnState::Closed | ConnState::Failed
+        ) {
+            return Err(PostError::ConnectionClosed);
+        }
+        let mtu = self.mtu;
+        let s = self
+            .streams
+            .get_mut(&local)
+            .ok_or(PostError::UnknownStream)?;
+        if s.error {
+            return Err(PostError::StreamInError);
+        }
+        let len = wr.len();
+        if len > u32::MAX as u64 {
+            return Err(PostError::InvalidLength);
+        }
+        let len = len as u32;
+        let data_chunks = len.div_ceil(mtu).max(1);
+        let (chunks, resp_chunks, rsn) = match &wr.op {
+            SendOp::Send { .. } => {
+                s.next_rsn = s.next_rsn.wrapping_add(1);
+                (data_chunks, 0, s.next_rsn.wrapping_sub(1))
+            }
+            SendOp::Write { imm: Some(_), .. } => {
+                s.next_rsn = s.next_rsn.wrapping_add(1);
+                (data_chunks, 0, s.next_rsn.wrapping_sub(1))
+            }
+            SendOp::Write { imm: None, .. } => (data_chunks, 0, 0),
+            SendOp::Read { .. } => (1, data_chunks, 0),
+            SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
+                if len != 8 {
+                    return Err(PostError::InvalidLength);
+                }
+                (1, 1, 0)
+            }
+        };
+        let msn = s.next_msn;
+        s.next_msn = msn.wrapping_add(1);
+        s.wrs.push_back(ReqWr {
+            wr,
+            rsn,
+            len,
+            chunks,
+            acked: Bits::new(chunks),
+            resp_chunks,
+            resp_got: Bits::new(resp_chunks),
+            status: None,
+            rnr_count: 0,
+        });
+        if !s.in_active {
+            s.in_active = true;
+            self.active.push_back(local);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn post_recv(&mut self, local: u32, wr: RecvWr) -> Result<(), PostError> {
+        let s = self
+            .streams
+            .get_mut(&local)
+            .ok_or(PostError::UnknownStream)?;
+        if s.error {
+            return Err(PostError::StreamInError);
+        }
+        s.posted.push_back(wr);
+        Ok(())
+    }
+
+    /// Work requests not yet completed, across all streams (send side).
+    pub fn outstanding(&self) -> usize {
+        self.streams.values().map(|s| s.wrs.len()).sum()
+    }
+
+    fn has_unsent(&self) -> bool {
+        !self.retx.is_empty() || !self.resp_queue.is_empty() || !self.active.is_empty()
+    }
+
+    // ---- receive path -----------------------------------------------------------------
+
+    pub(crate) fn handle_packet(
+        &mut self,
+        now: u64,
+        pkt: &Packet<'_>,
+        ce: bool,
+        mem: &mut dyn Memory,
+    ) {
+        match &pkt.body {
+            Body::Data(d) => self.on_data(now, pkt.path, pkt.flags, d, ce, mem),
+            Body::Ack(a) => self.on_ack(now, pkt.path, a),
+            Body::Nack(n) => self.on_nack(now, pkt.path, n),
+            Body::OpenAck(o) => {
+                if self.state == ConnState::Opening {
+                    self.establish(o);
+                    self.ctrl_at = None;
+                    self.ctrl_queue.retain(|c| !matches!(c, Ctrl::Open));
+                    self.events.push_back(Event::Connected {
+                        conn: self.id,
+                        peer: self.peer,
+                    });
+                }
+            }
+            Body::Open(_) => self.ctrl_queue.push_back(Ctrl::OpenAck),
+            Body::Close(_) => {
+                if !matches!(self.state, ConnState::Closed | ConnState::Failed) {
+                    self.fail_all(Status::Flushed);
+                    self.state = ConnState::Closed;
+                    self.events.push_back(Event::Closed { conn: self.id });
+                }
+                self.ctrl_queue.push_back(Ctrl::CloseAck);
+            }
+            Body::CloseAck(_) => {
+                if self.state == ConnState::Closing {
+                    self.state = ConnState::Closed;
+                    self.ctrl_at = None;
+                    self.events.push_back(Event::Closed { conn: self.id });
+                }
+            }
+            Body::Probe(p) => {
+                if (pkt.path as usize) < self.paths.len() {
+                    self.ctrl_queue.push_back(Ctrl::ProbeAck(pkt.path, *p));
+                }
+            }
+            Body::ProbeAck(p) => self.on_probe_ack(pkt.path, p),
+        }
+    }
+
+    fn on_data(
+        &mut self,
+        now: u64,
+        path: u8,
+        fl: u8,
+        d: &DataRepr<'_>,
+        ce: bool,
+        mem: &mut dyn Memory,
+    ) {
+        let p = path as usize;
+        if p >= self.rx_paths.len() || !matches!(self.state, ConnState::Open | ConnState::Closing) {
+            self.counters.rx_out_of_window += 1;
+            return;
+        }
+        self.counters.rx_pkts += 1;
+        if ce {
+            self.rx_paths[p].ce_count = self.rx_paths[p].ce_count.wrapping_add(1);
+            self.counters.ecn_ce_received += 1;
+        }
+        if fl & flags::BACKLOG != 0 {
+            self.backlog_seen = true;
+        }
+        self.rx_paths[p].apply_floor(d.seq.floor);
+        match self.rx_paths[p].classify(d.seq.psn) {
+            RxVerdict::OutOfWindow => {
+                self.counters.rx_out_of_window += 1;
+                self.queue_nack(path, d, NackReason::Sequence, 0);
+            }
+            RxVerdict::Duplicate => {
+                self.counters.rx_duplicates += 1;
+                let rx = &mut self.rx_paths[p];
+                rx.ts_echo = d.seq.tsval;
+                rx.ts_arrival = now;
+                rx.ack_now = true;
+                self.queue_ack(path);
+            }
+            RxVerdict::New { in_order } => match self.process(now, d, mem) {
+                Verdict::Accept => {
+                    self.rx_bytes_window += d.payload.len() as u64;
+                    self.counters.rx_payload_bytes += d.payload.len() as u64;
+                    let every = self.cfg.ack_every;
+                    let rx = &mut self.rx_paths[p];
+                    rx.record(d.seq.psn);
+                    rx.unacked += 1;
+                    rx.ts_echo = d.seq.tsval;
+                    rx.ts_arrival = now;
+                    if rx.first_unacked_at.is_none() {
+                        rx.first_unacked_at = Some(now);
+                    }
+                    if !in_order || fl & (flags::ACK_REQ | flags::LAST) != 0 || rx.unacked >= every
+                    {
+                        rx.ack_now = true;
+                        self.queue_ack(path);
+                    }
+                }
+                Verdict::Refuse(reason, delay) => self.queue_nack(path, d, reason, delay),
+            },
+        }
+    }
+
+    fn queue_ack(&mut self, path: u8) {
+        let p = path as usize;
+        if !self.ack_queued[p] {
+            self.ack_queued[p] = true;
+            self.ack_queue.push_back(path);
+        }
+    }
+
+    fn queue_nack(&mut self, path: u8, d: &DataRepr<'_>, reason: NackReason, rnr_delay: u8) {
+        self.counters.nacks_sent[nack_index(reason)] += 1;
+        let stream = self
+            .streams
+            .get(&d.msg.stream)
+            .map(|s| s.remote)
+            .unwrap_or(d.msg.stream);
+        self.nack_queue.push_back((
+            path,
+            NackRepr {
+                psn: d.seq.psn,
+                stream,
+                msn: d.msg.msn,
+                reason,
+                rnr_delay,
+            },
+        ));
+    }
+
+    /// Semantics of one new reliable packet: place it, or refuse it (it is then not acked).
+    fn process(&mut self, now: u64, d: &DataRepr<'_>, mem: &mut dyn Memory) -> Verdict {
+        let mtu = self.mtu;
+        let window = self.cfg.stream_window;
+        let Some(s) = self.streams.get_mut(&d.msg.stream) else {
+            return Verdict::Refuse(NackReason::InvalidRequest, 0);
+        };
+        let m = d.msg;
+        // Responses to our own requests.
+        match d.op {
+            DataOp::ReadResp => {
+                if let Some(w) = s.wr_mut(m.msn) {
+                    if w.status.is_none() && matches!(w.wr.op, SendOp::Read { .. }) {
+                        let ci = m.offset / mtu;
+                        if m.offset % mtu == 0 && m.length == w.len && !w.resp_got.get(ci) {
+                            if sgl_write(mem, &w.wr.sgl, m.offset as u64, d.payload).is_err() {
+                                w.status = Some(Status::LocalProtection);
+                                s.error = true;
+                            } else {
+                                w.resp_got.set(ci);
+                            }
+                        }
+                    }
+                }
+                self.complete_requests(d.msg.stream);
+                return Verdict::Accept;
+            }
+            DataOp::AtomicResp { orig } => {
+                if let Some(w) = s.wr_mut(m.msn) {
+                    if w.status.is_none()
+                        && matches!(w.wr.op, SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. })
+                        && !w.resp_got.get(0)
+                    {
+                        if sgl_write(mem, &w.wr.sgl, 0, &orig.to_ne_bytes()).is_err() {
+                            w.status = Some(Status::LocalProtection);
+                            s.error = true;
+                        } else {
+                            w.resp_got.set(0);
+                        }
+                    }
+                }
+                self.complete_requests(d.msg.stream);
+                return Verdict::Accept;
+            }
+            _ => {}
+        }
+        // Requests from the peer.
+        let rel = m.msn.wrapping_sub(s.rx_base_msn) as i32;
+        if rel < 0 {
+            return Verdict::Accept; // a copy of a message already complete
+        }
+        if rel as u32 >= window {
+            return Verdict::Refuse(NackReason::Sequence, 0);
+        }
+        if m.offset % mtu != 0 {
+            return Verdict::Refuse(NackReason::InvalidRequest, 0);
+        }
+        let ci = m.offset / mtu;
+        if let Some(msg) = s.rx_msgs.get(&m.msn) {
+            if msg.length != m.length {
+                return Verdict::Refuse(NackReason::InvalidRequest, 0);
+            }
+            if msg.got.get(ci) {
+                return Verdict::Accept; // this chunk arrived before under another PSN
+            }
+        }
+        let pd = s.pd;
+        // A receive is needed for SEND and WRITE with immediate.
+        let recv_index = |s: &Stream, rsn: u32| -> Option<usize> {
+            let base = s.rx_base_rsn();
+            let i = rsn.wrapping_sub(base) as usize;
+            (i < s.posted.len()).then_some(i)
+        };
+        let kind = match d.op {
+            DataOp::Send { rsn } | DataOp::SendImm { rsn, .. } => {
+                let Some(i) = recv_index(s, rsn) else {
+                    self.counters.rnr_waits += 1;
+                    return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
+                };
+                let recv = &s.posted[i];
+                if m.length as u64 > sgl_len(&recv.sgl) {
+                    return Verdict::Refuse(NackReason::InvalidRequest, 0);
+                }
+                if sgl_write(mem, &recv.sgl, m.offset as u64, d.payload).is_err() {
+                    return Verdict::Refuse(NackReason::InvalidRequest, 0);
+                }
+                let imm = match d.op {
+                    DataOp::SendImm { imm, .. } => Some(imm),
+                    _ => None,
+                };
+                RxKind::Send { imm }
+            }
+            DataOp::Write { rkey, raddr } | DataOp::WriteImm { rkey, raddr, .. } => {
+                let kind = if let DataOp::WriteImm { rsn, imm, .. } = d.op {
+                    if recv_index(s, rsn).is_none() {
+                        self.counters.rnr_waits += 1;
+                        return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
+                    }
+                    RxKind::WriteImm { imm }
+                } else {
+                    RxKind::Write
+                };
+                if mem.write_remote(pd, rkey, raddr, d.payload).is_err() {
+                    self.counters.remote_access_refused += 1;
+                    return Verdict::Refuse(NackReason::RemoteAccess, 0);
+                }
+                kind
+            }
+            DataOp::ReadReq { rkey, raddr } => {
+                if mem
+                    .check_remote(pd, rkey, raddr, m.length as u64, access::REMOTE_READ)
+                    .is_err()
+                {
+                    self.counters.remote_access_refused += 1;
+                    return Verdict::Refuse(NackReason::RemoteAccess, 0);
+                }
+                RxKind::Read { rkey, raddr }
+            }
+            DataOp::FetchAdd { rkey, raddr, add } => {
+                match Self::check_atomic(mem, pd, rkey, raddr) {
+                    Err(v) => {
+                        self.counters.remote_access_refused += 1;
+                        return v;
+                    }
+                    Ok(()) => RxKind::Atomic {
+                        rkey,
+                        raddr,
+                        op: AtomicOp::FetchAdd { add },
+                    },
+                }
+            }
+            DataOp::CmpSwap {
+                rkey,
+                raddr,
+                compare,
+                swap,
+            } => match Self::check_atomic(mem, pd, rkey, raddr) {
+                Err(v) => {
+                    self.counters.remote_access_refused += 1;
+                    return v;
+                }
+                Ok(()) => RxKind::Atomic {
+                    rkey,
+                    raddr,
+                    op: AtomicOp::CmpSwap { compare, swap },
+                },
+            },
+            // Handled above; a response never reaches request processing.
+            DataOp::ReadResp | DataOp::AtomicResp { .. } => return Verdict::Accept,
+        };
+        let chunks = match kind {
+            RxKind::Read { .. } | RxKind::Atomic { .. } => 1,
+            _ => m.length.div_ceil(mtu).max(1),
+        };
+        if ci >= chunks {
+            return Verdict::Refuse(NackReason::InvalidRequest, 0);
+        }
+        let msg = s.rx_msgs.entry(m.msn).or_insert_with(|| RxMsg {
+            kind,
+            length: m.length,
+            chunks,
+            got: Bits::new(chunks),
+        });
+        msg.got.set(ci);
+        if msg.got.count() == msg.chunks {
+            let st = d.msg.stream;
+            self.deliver_requests(now, st, mem);
+        }
+        Verdict::Accept
+    }
+
+    fn check_atomic(mem: &mut dyn Memory, pd: u32, rkey: u32, raddr: u64) -> Result<(), Verdict> {
+        if raddr % 8 != 0 {
+            return Err(Verdict::Refuse(NackReason::InvalidRequest, 0));
+        }
+        mem.check_remote(pd, rkey, raddr, 8, access::REMOTE_ATOMIC)
+            .map_err(|_| Verdict::Refuse(NackReason::RemoteAccess, 0))
+    }
+
+    /// Responder: retire complete messages in MSN order (RC ordering), executing READs and
+    /// ATOMICs only once every earlier message of the stream is complete.
+    fn deliver_requests(&mut self, _now: u64, local: u32, mem: &mut dyn Memory) {
+        let conn = self.id;
+        let mtu = self.mtu;
+        let Some(s) = self.streams.get_mut(&local) else {
+            return;
+        };
+        loop {
+            let base = s.rx_base_msn;
+            let Some(msg) = s.rx_msgs.get(&base) else {
+                break;
+            };
+            if msg.got.count() != msg.chunks {
+                break;
+            }
+            let msg = match s.rx_msgs.remove(&base) {
+                Some(m) => m,
+                None => break,
+            };
+            s.rx_base_msn = base.wrapping_add(1);
+            self.counters.messages_completed_rx += 1;
+            let recv_op = match msg.kind {
+                RxKind::Send { imm, .. } => Some((CompletionOp::Recv, imm)),
+                RxKind::WriteImm { imm, .. } => Some((CompletionOp::RecvWriteImm, Some(imm))),
+                _ => None,
+            };
+            if let Some((op, imm)) = recv_op {
+                if let Some(r) = s.posted.pop_front() {
+                    s.consumed_rsn = s.consumed_rsn.wrapping_add(1);
+                    self.completions.push_back(Completion {
+                        conn,
+                        stream: local,
+                        wr_id: r.wr_id,
+                        status: Status::Success,
+                        op,
+                        byte_len: msg.length,
+                        imm,
+                    });
+                }
+            }
+            match msg.kind {
+                RxKind::Send { .. } | RxKind::WriteImm { .. } => {}
+                RxKind::Write => {}
+                RxKind::Read { rkey, raddr } => {
+                    let chunks = msg.length.div_ceil(mtu).max(1);
+                    s.responses.insert(
+                        base,
+                        Resp {
+                            kind: RespKind::Read { rkey, raddr },
+                            length: msg.length,
+                            chunks,
+                            acked: Bits::new(chunks),
+                        },
+                    );
+                    for c in 0..chunks {
+                        self.resp_queue.push_back(ChunkRef::Resp {
+                            stream: local,
+                            msn: base,
+                            chunk: c,
+                        });
+                    }
+                }
+                RxKind::Atomic { rkey, raddr, op } => {
+                    // Validated on arrival; a region deregistered since then yields a NACK.
+                    match mem.atomic_remote(s.pd, rkey, raddr, op) {
+                        Ok(orig) => {
+                            s.responses.insert(
+                                base,
+                                Resp {
+                                    kind: RespKind::Atomic { orig },
+                                    length: 8,
+                                    chunks: 1,
+                                    acked: Bits::new(1),
+                                },
+                            );
+                            self.resp_queue.push_back(ChunkRef::Resp {
+                                stream: local,
+                                msn: base,
+                                chunk: 0,
+                            });
+                        }
+                        Err(_) => {
+                            self.counters.remote_access_refused += 1;
+                            self.nack_queue.push_back((
+                                0,
+                                NackRepr {
+                                    psn: 0,
+                                    stream: s.remote,
+                                    msn: base,
+                                    reason: NackReason::RemoteAccess,
+                                    rnr_delay: 0,
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_ack(&mut self, now: u64, path: u8, a: &AckRepr) {
+        let p = path as usize;
+        if p >= self.paths.len() {
+            return;
+        }
+        self.counters.acks_received += 1;
+        if a.rate_hint_mbps != 0 {
+            self.apply_hint(a.rate_hint_mbps);
+        }
+        let now32 = now as u32;
+        let rtt = now32.wrapping_sub(a.ts_echo).wrapping_sub(a.ack_delay_ns);
+        let rtt_sample = (a.ts_echo != 0 && rtt < 1 << 31).then_some(rtt.max(1) as u64);
+        let out = self.paths[p].on_ack(now, a.cum_psn, &a.sack, a.ecn_ce, rtt_sample, &self.cfg);
+        if out.progress {
+            self.no_progress_rtos = 0;
+        }
+        self.counters.sack_holes += out.lost.len() as u64;
+        for c in out.lost {
+            self.retx.push_back((c, path));
+        }
+        let mut touched: Vec<u32> = Vec::new();
+        for c in out.acked {
+            match c {
+                ChunkRef::Req { stream, msn, chunk } => {
+                    if let Some(s) = self.streams.get_mut(&stream) {
+                        if let Some(w) = s.wr_mut(msn) {
+                            w.acked.set(chunk);
+                        }
+                        if !touched.contains(&stream) {
+                            touched.push(stream);
+                        }
+                    }
+                }
+                ChunkRef::Resp { stream, msn, chunk } => {
+                    if let Some(s) = self.streams.get_mut(&stream) {
+                        let done = s.responses.get_mut(&msn).map(|r| {
+                            r.acked.set(chunk);
+                            r.acked.count() == r.chunks
+                        });
+                        if done == Some(true) {
+                            s.responses.remove(&msn);
+                        }
+                    }
+                }
+            }
+        }
+        for s in touched {
+            self.complete_requests(s);
+        }
+    }
+
+    /// The receiver's fair-share rate: jump to it (scale path windows), never probe.
+    fn apply_hint(&mut self, mbps: u32) {
+        self.peer_hint_mbps = mbps;
+        let target = self.hint_window();
+        let sum: f64 = self.paths.iter().map(|p| p.cwnd).sum();
+        if sum > 0.0 && target > sum {
+            let k = target / sum;
+            for p in &mut self.paths {
+                p.cwnd = (p.cwnd * k).min(p.max_cwnd);
+            }
+        }
+    }
+
+    fn base_rtt(&self) -> u64 {
+        self.paths
+            .iter()
+            .map(|p| p.min_rtt_ns)
+            .min()
+            .filter(|r| *r != u64::MAX)
+            .unwrap_or(self.cfg.initial_rtt_ns)
+    }
+
+    /// Bytes the hint allows in flight: rate × base RTT × 1.25.
+    fn hint_window(&self) -> f64 {
+        self.peer_hint_mbps as f64 / 8000.0 * self.base_rtt() as f64 * 1.25
+    }
+
+    fn on_nack(&mut self, now: u64, path: u8, n: &NackRepr) {
+        self.counters.nacks_received[nack_index(n.reason)] += 1;
+        // Only forget the PSN if it really carried the request the NACK names.
+        let matches = |c: &ChunkRef| match *c {
+            ChunkRef::Req { stream, msn, .. } => stream == n.stream && msn == n.msn,
+            ChunkRef::Resp { msn, .. } => msn == n.msn,
+        };
+        let chunk = self.paths.get_mut(path as usize).and_then(|p| {
+            if p.peek(n.psn).is_some_and(|c| matches(&c)) {
+                p.forget(n.psn)
+            } else {
+                None
+            }
+        });
+        // Requests are found by their PSN; a NACK about a response-less request (psn 0 from
+        // a deferred atomic) falls back to (stream, msn).
+        let (stream, msn, chunk) = match chunk {
+            Some(ChunkRef::Req { stream, msn, chunk }) => {
+                (stream, msn, Some(ChunkRef::Req { stream, msn, chunk }))
+            }
+            Some(c @ ChunkRef::Resp { .. }) => {
+                // Our response was refused (the requester's stream vanished): stop resending.
+                if let ChunkRef::Resp { stream, msn, .. } = c {
+                    if let Some(s) = self.streams.get_mut(&stream) {
+                        s.responses.remove(&msn);
+                    }
+                }
+                return;
+            }
+            None => {
+                if matches!(
+                    n.reason,
+                    NackReason::RemoteAccess | NackReason::InvalidRequest
+                ) {
+                    (n.stream, n.msn, None)
+                } else {
+                    return; // stale RNR / sequence NACK for a packet already dealt with
+                }
+            }
+        };
+        match n.reason {
+            NackReason::RemoteAccess | NackReason::InvalidRequest => {
+                let st = if n.reason == NackReason::RemoteAccess {
+                    Status::RemoteAccess
+                } else {
+                    Status::RemoteInvalidRequest
+                };
+                if let Some(s) = self.streams.get_mut(&stream) {
+                    if let Some(w) = s.wr_mut(msn) {
+                        if w.status.is_none() {
+                            w.status = Some(st);
+                        }
+                    }
+                    s.error = true;
+                }
+                self.complete_requests(stream);
+            }
+            NackReason::ReceiverNotReady => {
+                let limit = self.cfg.rnr_retry;
+                let Some(c) = chunk else { return };
+                let mut fail = false;
+                if let Some(s) = self.streams.get_mut(&stream) {
+                    if let Some(w) = s.wr_mut(msn) {
+                        w.rnr_count = w.rnr_count.saturating_add(1);
+                        if limit != 7 && w.rnr_count > limit {
+                            w.status = Some(Status::RnrRetryExceeded);
+                            s.error = true;
+                            fail = true;
+                        }
+                    }
+                }
+                if fail {
+                    self.complete_requests(stream);
+                } else {
+                    let delay = if n.rnr_delay == 0 {
+                        self.cfg.default_rnr_delay_ns
+                    } else {
+                        n.rnr_delay as u64 * 10_000
+                    };
+                    self.rnr_wait.push((now + delay, c));
+                }
+            }
+            NackReason::Sequence => {
+                if let Some(c) = chunk {
+                    self.retx.push_back((c, path));
+                }
+            }
+        }
+    }
+
+    fn on_probe_ack(&mut self, path: u8, _p: &ProbeRepr) {
+        if let Some(tp) = self.paths.get_mut(path as usize) {
+            if tp.state != PathState::Good {
+                tp.state = PathState::Good;
+                tp.probe_at = None;
+                tp.rto_count = 0;
+                tp.rto_ns = tp
+                    .srtt_ns
+                    .map(|s| (s as u64 * 2).max(self.cfg.min_rto_ns))
+                    .unwrap_or(self.cfg.initial_rto_ns);
+            }
+        }
+    }
+
+    /// Requester: report finished work requests in MSN order.
+    fn complete_requests(&mut self, local: u32) {
+        let conn = self.id;
+        let Some(s) = self.streams.get_mut(&local) else {
+            return;
+        };
+        if s.error {
+            for w in s.wrs.iter_mut() {
+                if w.status.is_none() && !w.done() {
+                    w.status = Some(Status::Flushed);
+                }
+            }
+        }
+        while let Some(w) = s.wrs.front() {
+            if !w.done() {
+                break;
+            }
+            let w = match s.wrs.pop_front() {
+                Some(w) => w,
+                None => break,
+            };
+            s.base_msn = s.base_msn.wrapping_add(1);
+            if (s.cursor_msn.wrapping_sub(s.base_msn) as i32) < 0 {
+                s.cursor_msn = s.base_msn;
+                s.cursor_chunk = 0;
+            }
+            let status = w.status.unwrap_or(Status::Success);
+            self.counters.messages_completed_tx += 1;
+            if status != Status::Success || w.wr.signaled {
+                let op = match w.wr.op {
+                    SendOp::Send { .. } => CompletionOp::Send,
+                    SendOp::Write { .. } => CompletionOp::Write,
+                    SendOp::Read { .. } => CompletionOp::Read,
+                    SendOp::FetchAdd { .. } => CompletionOp::FetchAdd,
+                    SendOp::CmpSwap { .. } => CompletionOp::CmpSwap,
+                };
+                self.completions.push_back(Completion {
+                    conn,
+                    stream: local,
+                    wr_id: w.wr.wr_id,
+                    status,
+                    op,
+                    byte_len: w.len,
+                    imm: None,
+                });
+            }
+        }
+        if s.error {
+            // RC semantics: the error state flushes the receive queue too.
+            while let Some(r) = s.posted.pop_front() {
+                self.completions.push_back(Completion {
+                    conn,
+                    stream: local,
+                    wr_id: r.wr_id,
+                    status: Status::Flushed,
+                    op: CompletionOp::Recv,
+                    byte_len: 0,
+                    imm: None,
+                });
+            }
+        }
+    }
+
+    fn flush_stream(&mut self, local: u32) {
+        if let Some(s) = self.streams.get_mut(&local) {
+            s.error = true;
+        }
+        self.complete_requests(local);
+    }
+
+    /// Fail every stream: the first unfinished WR of each gets `first`, the rest are flushed.
+    fn fail_all(&mut self, first: Status) {
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            if let Some(s) = self.streams.get_mut(&id) {
+                if let Some(w) = s.wrs.iter_mut().find(|w| !w.done()) {
+                    w.status = Some(first);
+                }
+                s.error = true;
+            }
+            self.complete_requests(id);
+        }
+        self.retx.clear();
+        self.resp_queue.clear();
+        self.active.clear();
+        self.rnr_wait.clear();
+    }
+
+    // ---- timers -------------------------------------------------------------------------
+
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let mut t: Option<u64> = self.ctrl_at;
+        let mut min = |x: Option<u64>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        for p in &self.paths {
+            min(p.rto_deadline());
+            min(p.probe_at);
+        }
+        for r in &self.rx_paths {
+            min(r.first_unacked_at.map(|f| f + self.cfg.ack_delay_ns));
+        }
+        for (at, _) in &self.rnr_wait {
+            min(Some(*at));
+        }
+        t
+    }
+
+    pub(crate) fn handle_timeout(&mut self, now: u64) {
+        if let Some(at) = self.ctrl_at {
+            if at <= now {
+                self.ctrl_at = None;
+                match self.state {
+                    ConnState::Opening => self.ctrl_queue.push_back(Ctrl::Open),
+                    ConnState::Closing => self.ctrl_queue.push_back(Ctrl::Close),
+                    _ => {}
+                }
+            }
+        }
+        for i in 0..self.paths.len() {
+            if let Some(d) = self.paths[i].rto_deadline() {
+                if d <= now {
+                    let lost = self.paths[i].on_rto(now, &self.cfg);
+                    self.counters.rtos += 1;
+                    if self.paths[i].state == PathState::Probing {
+                        self.counters.path_failures += 1;
+                    }
+                    for c in lost {
+                        self.retx.push_back((c, i as u8));
+                    }
+                    self.no_progress_rtos += 1;
+                    if self.no_progress_rtos >= self.cfg.retry_limit {
+                        self.fail_connection();
+                        return;
+                    }
+                }
+            }
+            if let Some(at) = self.paths[i].probe_at {
+                if at <= now {
+                    let p = &mut self.paths[i];
+                    let next = match p.state {
+                        PathState::Suspect
+                            if p.probe_seq != 0 && p.rto_count + 1 >= self.cfg.fail_after_rtos =>
+                        {
+                            // Probes went unanswered for too long: fail and re-route.
+                            p.fail(now);
+                            self.counters.path_failures += 1;
+                            0
+                        }
+                        PathState::Suspect => {
+                            p.rto_count += 1;
+                            p.rto_ns
+                        }
+                        _ => {
+                            // Probing: every probe tries a new route.
+                            p.generation = p.generation.wrapping_add(1);
+                            p.entropy = path_entropy(self.seed, i as u8, p.generation);
+                            p.counters.reroutes += 1;
+                            self.cfg.probe_interval_ns
+                        }
+                    };
+                    p.probe_at = if p.state == PathState::Good {
+                        None
+                    } else {
+                        Some(now + next)
+                    };
+                    if p.state != PathState::Good {
+                        self.ctrl_queue.push_back(Ctrl::Probe(i as u8));
+                    }
+                }
+            }
+        }
+        for i in 0..self.rx_paths.len() {
+            if let Some(f) = self.rx_paths[i].first_unacked_at {
+                if f + self.cfg.ack_delay_ns <= now {
+                    self.rx_paths[i].ack_now = true;
+                    self.queue_ack(i as u8);
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.rnr_wait.len() {
+            if self.rnr_wait[i].0 <= now {
+                let (_, c) = self.rnr_wait.swap_remove(i);
+                self.retx.push_back((c, u8::MAX));
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn fail_connection(&mut self) {
+        self.fail_all(Status::RetryExceeded);
+        self.state = ConnState::Failed;
+        for p in &mut self.paths {
+            p.abandon_all();
+            p.probe_at = None;
+        }
+        self.events.push_back(Event::Failed { conn: self.id });
+    }
+
+    /// Start a graceful close: CLOSE once nothing is outstanding.
+    pub(crate) fn close(&mut self) {
+        if self.state == ConnState::Open {
+            self.state = ConnState::Closing;
+        }
+    }
+
+    // ---- transmit -----------------------------------------------------------------------
+
+    /// Next datagram to send, written into `buf`; returns (length, UDP source port).
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<(usize, u16)> {
+        // Control and acknowledgements first: they unblock the peer.
+        if let Some(x) = self.emit_ctrl(now, buf) {
+            return Some(x);
+        }
+        while let Some(p) = self.ack_queue.pop_front() {
+            self.ack_queued[p as usize] = false;
+            if let Some(x) = self.emit_ack(now, p, buf) {
+                return Some(x);
+            }
+        }
+        if let Some((path, n)) = self.nack_queue.pop_front() {
+            let pkt = Packet {
+                flags: 0,
+                path,
+                dst_conn: self.peer_conn,
+                body: Body::Nack(n),
+            };
+            let port = self
+                .paths
+                .get(path as usize)
+                .map(|p| p.entropy)
+                .unwrap_or(49152);
+            return pkt.emit(buf).ok().map(|l| (l, port));
+        }
+        if self.state == ConnState::Closing && self.outstanding() == 0 && self.ctrl_at.is_none() {
+            self.ctrl_queue.push_back(Ctrl::Close);
+            return self.emit_ctrl(now, buf);
+        }
+        if !matches!(self.state, ConnState::Open | ConnState::Closing) {
+            return None;
+        }
+        self.emit_data(now, buf, mem)
+    }
+
+    fn emit_ctrl(&mut self, now: u64, buf: &mut [u8]) -> Option<(usize, u16)> {
+        let c = self.ctrl_queue.pop_front()?;
+        let port0 = path_entropy(self.seed, 0, 0);
+        let (body, path, port, dst) = match c {
+            Ctrl::Open | Ctrl::Close => {
+                self.ctrl_tries += 1;
+                if self.ctrl_tries > self.cfg.open_tries {
+                    self.fail_connection();
+                    return None;
+                }
+                self.ctrl_at = Some(now + (self.cfg.open_rto_ns << (self.ctrl_tries - 1).min(16)));
+                if matches!(c, Ctrl::Open) {
+                    (Body::Open(self.open_repr()), 0, port0, 0)
+                } else {
+                    (
+                        Body::Close(CloseRepr {
+                            src_conn: self.id.0,
+                            reason: 0,
+                        }),
+                        0,
+                        port0,
+                        self.peer_conn,
+                    )
+                }
+            }
+            Ctrl::OpenAck => (Body::OpenAck(self.open_repr()), 0, port0, self.peer_conn),
+            Ctrl::CloseAck => (
+                Body::CloseAck(CloseRepr {
+                    src_conn: self.id.0,
+                    reason: 0,
+                }),
+                0,
+                port0,
+                self.peer_conn,
+            ),
+            Ctrl::Probe(i) => {
+                let p = &mut self.paths[i as usize];
+                p.probe_seq = p.probe_seq.wrapping_add(1);
+                p.counters.probes_sent += 1;
+                (
+                    Body::Probe(ProbeRepr {
+                        probe_seq: p.probe_seq,
+                        ts: now as u32,
+                    }),
+                    i,
+                    p.entropy,
+                    self.peer_conn,
+                )
+            }
+            Ctrl::ProbeAck(i, pr) => (
+                Body::ProbeAck(ProbeRepr {
+                    probe_seq: pr.probe_seq,
+                    ts: pr.ts,
+                }),
+                i,
+                self.paths
+                    .get(i as usize)
+                    .map(|p| p.entropy)
+                    .unwrap_or(port0),
+                self.peer_conn,
+            ),
+        };
+        let pkt = Packet {
+            flags: 0,
+            path,
+            dst_conn: dst,
+            body,
+        };
+        pkt.emit(buf).ok().map(|l| (l, port))
+    }
+
+    fn emit_ack(&mut self, now: u64, p: u8, buf: &mut [u8]) -> Option<(usize, u16)> {
+        let hint = self.hint_for_peer_mbps;
+        let rx = &mut self.rx_paths[p as usize];
+        if !rx.ack_now {
+            return None;
+        }
+        rx.ack_now = false;
+        rx.unacked = 0;
+        rx.first_unacked_at = None;
+        let a = AckRepr {
+            cum_psn: rx.cum,
+            sack: rx.sack,
+            ecn_ce: rx.ce_count,
+            rate_hint_mbps: hint,
+            ts_echo: rx.ts_echo,
+            ack_delay_ns: now.saturating_sub(rx.ts_arrival).min(u32::MAX as u64) as u32,
+        };
+        self.counters.acks_sent += 1;
+        let pkt = Packet {
+            flags: 0,
+            path: p,
+            dst_conn: self.peer_conn,
+            body: Body::Ack(a),
+        };
+        let port = self.paths[p as usize].entropy;
+        pkt.emit(buf).ok().map(|l| (l, port))
+    }
+
+    /// Connection-level window: sum of path windows, capped by the receiver's hint.
+    fn conn_window(&self) -> f64 {
+        let sum: f64 = self.paths.iter().map(|p| p.cwnd).sum();
+        if self.peer_hint_mbps != 0 {
+            sum.min(self.hint_window().max(self.mtu as f64))
+        } else {
+            sum
+        }
+    }
+
+    /// Pick the path for the next packet: the least-loaded usable path with room, avoiding
+    /// `avoid` (the path that just lost this chunk) when another will do.
+    fn pick_path(&mut self, bytes: u32, avoid: u8) -> Option<usize> {
+        let n = self.paths.len();
+        let any_good = self.paths.iter().any(|p| p.state == PathState::Good);
+        let mut best: Option<(usize, f64)> = None;
+        let mut fallback: Option<(usize, f64)> = None;
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            let p = &self.paths[i];
+            let usable = if any_good {
+                p.state == PathState::Good
+            } else {
+                // Every path is in trouble: keep the least recently failed one going.
+                let newest = self.paths.iter().map(|q| q.failed_at).min().unwrap_or(0);
+                p.failed_at == newest
+            };
+            if !usable || !p.has_room(bytes) {
+                continue;
+            }
+            let l = p.load();
+            let slot = if i as u8 == avoid {
+                &mut fallback
+            } else {
+                &mut best
+            };
+            if slot.is_none_or(|(_, bl)| l < bl) {
+                *slot = Some((i, l));
+            }
+        }
+        let pick = best.or(fallback).map(|(i, _)| i)?;
+        self.rr = (pick + 1) % n;
+        Some(pick)
+    }
+
+    fn chunk_needed(&self, c: &ChunkRef) -> bool {
+        match *c {
+            ChunkRef::Req { stream, msn, chunk } => self.streams.get(&stream).is_some_and(|s| {
+                let d = msn.wrapping_sub(s.base_msn) as usize;
+                s.wrs
+                    .get(d)
+                    .is_some_and(|w| w.status.is_none() && !w.acked.get(chunk))
+            }),
+            ChunkRef::Resp { stream, msn, chunk } => self
+                .streams
+                .get(&stream)
+                .and_then(|s| s.responses.get(&msn))
+                .is_some_and(|r| !r.acked.get(chunk)),
+        }
+    }
+
+    /// Next new request chunk from the active streams (round robin by packet).
+    fn next_new_chunk(&mut self) -> Option<ChunkRef> {
+        while let Some(id) = self.active.pop_front() {
+            let Some(s) = self.streams.get_mut(&id) else {
+                continue;
+            };
+            let mut found = None;
+            while s.cursor_msn != s.next_msn && !s.error {
+                let d = s.cursor_msn.wrapping_sub(s.base_msn) as usize;
+                let Some(w) = s.wrs.get(d) else { break };
+                if w.status.is_some() || s.cursor_chunk >= w.chunks {
+                    s.cursor_msn = s.cursor_msn.wrapping_add(1);
+                    s.cursor_chunk = 0;
+                    continue;
+                }
+                found = Some(ChunkRef::Req {
+                    stream: id,
+                    msn: s.cursor_msn,
+                    chunk: s.cursor_chunk,
+                });
+                s.cursor_chunk += 1;
+                break;
+            }
+            let more = s.cursor_msn != s.next_msn && !s.error;
+            if more {
+                self.active.push_back(id);
+            } else {
+                s.in_active = false;
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    fn emit_data(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<(usize, u16)> {
+        let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
+        if inflight > 0 && inflight as f64 + self.mtu as f64 > self.conn_window() {
+            return None;
+        }
+        if self.pick_path(self.mtu, u8::MAX).is_none() {
+            return None;
+        }
+        loop {
+            let (chunk, avoid, retx) = if let Some((c, a)) = self.retx.pop_front() {
+                if !self.chunk_needed(&c) {
+                    continue;
+                }
+                (c, a, true)
+            } else if let Some(c) = self.resp_queue.pop_front() {
+                if !self.chunk_needed(&c) {
+                    continue;
+                }
+                (c, u8::MAX, false)
+            } else {
+                (self.next_new_chunk()?, u8::MAX, false)
+            };
+            match self.build_packet(now, chunk, avoid, retx, buf, mem) {
+                Ok(Some(x)) => return Some(x),
+                Ok(None) => {
+                    // No path has room after all: put the chunk back at the front.
+                    self.retx.push_front((chunk, avoid));
+                    return None;
+                }
+                Err(()) => continue, // the chunk's WR failed locally; try the next one
+            }
+        }
+    }
+
+    /// Build the packet of one chunk into `buf`. Ok(None): no path has room. Err: the WR
+    /// failed (local memory), already completed with an error.
+    fn build_packet(
+        &mut self,
+        now: u64,
+        chunk: ChunkRef,
+        avoid: u8,
+        retx: bool,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Result<Option<(usize, u16)>, ()> {
+        let mtu = self.mtu;
+        // Work out the headers and where the payload comes from.
+        enum Src {
+            None,
+            Local(SgList, u64),
+            Remote(u32, u32, u64),
+        }
+        let (stream_id, msg, op, plen, src, solicited) = match chunk {
+            ChunkRef::Req {
+                stream,
+                msn,
+                chunk: ci,
+            } => {
+                let s = self.streams.get(&stream).ok_or(())?;
+                let d = msn.wrapping_sub(s.base_msn) as usize;
+                let w = s.wrs.get(d).ok_or(())?;
+                let off = ci * mtu;
+                let plen = match w.wr.op {
+                    SendOp::Send { .. } | SendOp::Write { .. } => {
+                        w.len.saturating_sub(off).min(mtu)
+                    }
+                    _ => 0,
+                };
+                let msg = MsgHeader {
+                    stream: s.remote,
+                    msn,
+                    offset: if plen > 0 { off } else { 0 },
+                    length: w.len,
+                };
+                let op = match w.wr.op {
+                    SendOp::Send { imm: None } => DataOp::Send { rsn: w.rsn },
+                    SendOp::Send { imm: Some(imm) } => DataOp::SendImm { rsn: w.rsn, imm },
+                    SendOp::Write { rkey, raddr, imm } => match imm {
+                        None => DataOp::Write {
+                            rkey,
+                            raddr: raddr.wrapping_add(off as u64),
+                        },
+                        Some(imm) => DataOp::WriteImm {
+                            rkey,
+                            raddr: raddr.wrapping_add(off as u64),
+                            rsn: w.rsn,
+                            imm,
+                        },
+                    },
+                    SendOp::Read { rkey, raddr } => DataOp::ReadReq { rkey, raddr },
+                    SendOp::FetchAdd { rkey, raddr, add } => DataOp::FetchAdd { rkey, raddr, add },
+                    SendOp::CmpSwap {
+                        rkey,
+                        raddr,
+                        compare,
+                        swap,
+                    } => DataOp::CmpSwap {
+                        rkey,
+                        raddr,
+                        compare,
+                        swap,
+                    },
+                };
+                let msg = match op {
+                    DataOp::FetchAdd { .. } | DataOp::CmpSwap { .. } => MsgHeader {
+                        length: 8,
+                        offset: 0,
+                        ..msg
+                    },
+                    _ => msg,
+                };
+                let src = if plen > 0 {
+                    Src::Local(w.wr.sgl.clone(), off as u64)
+                } else {
+                    Src::None
+                };
+                (stream, msg, op, plen, src, w.wr.solicited)
+            }
+            ChunkRef::Resp {
+                stream,
+                msn,
+                chunk: ci,
+            } => {
+                let s = self.streams.get(&stream).ok_or(())?;
+                let r = s.responses.get(&msn).ok_or(())?;
+                let off = ci * mtu;
+                let (op, plen, src) = match r.kind {
+                    RespKind::Read { rkey, raddr } => {
+                        let plen = r.length.saturating_sub(off).min(mtu);
+                        (
+                            DataOp::ReadResp,
+                            plen,
+                            Src::Remote(rkey, s.pd, raddr + off as u64),
+                        )
+                    }
+                    RespKind::Atomic { orig } => (DataOp::AtomicResp { orig }, 0, Src::None),
+                };
+                let msg = MsgHeader {
+                    stream: s.remote,
+                    msn,
+                    offset: if plen > 0 { off } else { 0 },
+                    length: r.length,
+                };
+                (stream, msg, op, plen, src, false)
+            }
+        };
+        let Some(pi) = self.pick_path(plen.max(1), avoid) else {
+            return Ok(None);
+        };
+        let last = msg.offset + plen >= msg.length;
+        let mut fl = 0;
+        if last {
+            fl |= flags::LAST;
+        }
+        if retx {
+            fl |= flags::RETX;
+        }
+        if solicited && last {
+            fl |= flags::SOLICITED;
+        }
+        if self.has_unsent() {
+            fl |= flags::BACKLOG;
+        }
+        let path = &self.paths[pi];
+        let pkt = Packet {
+            flags: fl,
+            path: pi as u8,
+            dst_conn: self.peer_conn,
+            body: Body::Data(DataRepr {
+                seq: SeqHeader {
+                    psn: path.next_psn,
+                    floor: path.floor(),
+                    tsval: (now as u32).max(1),
+                },
+                msg,
+                op,
+                payload: &[],
+            }),
+        };
+        let h = pkt.emit_headers(buf).map_err(|_| ())?;
+        if buf.len() < h + plen as usize + wire::TRAILER_LEN {
+            return Err(());
+        }
+        // Payload straight from registered memory into the packet buffer.
+        let dst = &mut buf[h..h + plen as usize];
+        let read = match src {
+            Src::None => Ok(()),
+            Src::Local(sgl, off) => sgl_read(mem, &sgl, off, dst),
+            Src::Remote(rkey, pd, addr) => mem.read_remote(pd, rkey, addr, dst),
+        };
+        if read.is_err() {
+            self.local_failure(chunk, stream_id);
+            return Err(());
+        }
+        let len = wire::seal(buf, h + plen as usize);
+        let entropy = self.paths[pi].entropy;
+        self.paths[pi].on_send(chunk, plen, now, retx);
+        self.counters.tx_pkts += 1;
+        self.counters.tx_payload_bytes += plen as u64;
+        if retx {
+            self.counters.retx_pkts += 1;
+        }
+        Ok(Some((len, entropy)))
+    }
+
+    fn local_failure(&mut self, chunk: ChunkRef, stream: u32) {
+        match chunk {
+            ChunkRef::Req { msn, .. } => {
+                if let Some(s) = self.streams.get_mut(&stream) {
+                    if let Some(w) = s.wr_mut(msn) {
+                        w.status = Some(Status::LocalProtection);
+                    }
+                    s.error = true;
+                }
+                self.complete_requests(stream);
+            }
+            ChunkRef::Resp { msn, .. } => {
+                // The region behind a READ went away after the request was accepted.
+                if let Some(s) = self.streams.get_mut(&stream) {
+                    s.responses.remove(&msn);
+                    let remote = s.remote;
+                    self.counters.remote_access_refused += 1;
+                    self.nack_queue.push_back((
+                        0,
+                        NackRepr {
+                            psn: 0,
+                            stream: remote,
+                            msn,
+                            reason: NackReason::RemoteAccess,
+                            rnr_delay: 0,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+}
+
+impl Stream {
+    /// RSN of the oldest posted receive.
+    fn rx_base_rsn(&self) -> u32 {
+        self.consumed_rsn
+    }
+}

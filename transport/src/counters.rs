@@ -1,0 +1,57 @@
+//! Counters per path, per connection and per endpoint, readable at any time.
+
+/// Per-path sender counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathCounters {
+    pub tx_pkts: u64,
+    pub tx_bytes: u64,
+    /// Packets that carried a chunk sent before.
+    pub retx_pkts: u64,
+    pub acked_pkts: u64,
+    /// PSNs found missing below a higher acknowledged PSN.
+    pub sack_holes: u64,
+    pub rtos: u64,
+    /// CE marks the receiver echoed.
+    pub ecn_echoed: u64,
+    pub cwnd_decreases: u64,
+    pub probes_sent: u64,
+    pub failures: u64,
+    pub reroutes: u64,
+}
+
+/// Per-connection counters (both directions).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnCounters {
+    pub tx_pkts: u64,
+    pub tx_payload_bytes: u64,
+    pub retx_pkts: u64,
+    pub rx_pkts: u64,
+    pub rx_payload_bytes: u64,
+    pub rx_duplicates: u64,
+    pub rx_out_of_window: u64,
+    pub acks_sent: u64,
+    pub acks_received: u64,
+    pub sack_holes: u64,
+    pub rtos: u64,
+    pub ecn_ce_received: u64,
+    pub nacks_sent: [u64; 5],
+    pub nacks_received: [u64; 5],
+    pub remote_access_refused: u64,
+    pub rnr_waits: u64,
+    pub messages_completed_tx: u64,
+    pub messages_completed_rx: u64,
+    pub path_failures: u64,
+}
+
+/// Endpoint-wide drop counters (packets that never reached a connection).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndpointCounters {
+    pub rx_datagrams: u64,
+    pub drop_truncated: u64,
+    pub drop_bad_version: u64,
+    pub drop_bad_opcode: u64,
+    pub drop_bad_crc: u64,
+    pub drop_malformed: u64,
+    pub drop_unknown_conn: u64,
+    pub tx_datagrams: u64,
+}

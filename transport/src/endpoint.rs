@@ -1,0 +1,331 @@
+//! The endpoint: every connection of one host, demultiplexing, and the receiver's fair-share
+//! allocation across its senders. This is the object an embedder drives:
+//! `handle_datagram`, `poll_transmit`, `poll_timeout`/`handle_timeout`, `poll_completion`.
+
+use crate::api::*;
+use crate::config::{ConnConfig, EndpointConfig};
+use crate::conn::{splitmix64, ConnState, Connection};
+use crate::counters::EndpointCounters;
+use crate::mem::Memory;
+use crate::wire::{Body, Packet, WireError, NATIVE_UDP_PORT};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+/// All native connections of one host.
+#[derive(Debug)]
+pub struct Endpoint {
+    cfg: EndpointConfig,
+    /// BTreeMap: iteration order (and so every run) is deterministic.
+    conns: BTreeMap<u32, Connection>,
+    by_peer: HashMap<(Ipv4Addr, u32), u32>,
+    id_state: u64,
+    rr: usize,
+    next_share_at: u64,
+    pub counters: EndpointCounters,
+    completions: VecDeque<Completion>,
+    events: VecDeque<Event>,
+}
+
+impl Endpoint {
+    pub fn new(cfg: EndpointConfig) -> Self {
+        Endpoint {
+            id_state: cfg.seed,
+            cfg,
+            conns: BTreeMap::new(),
+            by_peer: HashMap::new(),
+            rr: 0,
+            next_share_at: 0,
+            counters: EndpointCounters::default(),
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    pub fn config(&self) -> &EndpointConfig {
+        &self.cfg
+    }
+
+    fn new_conn_id(&mut self) -> u32 {
+        loop {
+            self.id_state = splitmix64(self.id_state);
+            let id = self.id_state as u32;
+            if id != 0 && !self.conns.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Open a connection to `peer` with the endpoint's default connection settings.
+    pub fn connect(&mut self, peer: Ipv4Addr) -> ConnId {
+        let cc = self.cfg.conn.clone();
+        self.connect_with(peer, cc)
+    }
+
+    pub fn connect_with(&mut self, peer: Ipv4Addr, cc: ConnConfig) -> ConnId {
+        let id = self.new_conn_id();
+        let seed = splitmix64(self.cfg.seed ^ id as u64);
+        let c = Connection::new(ConnId(id), peer, 0, cc, self.cfg.line_rate_mbps, seed);
+        self.conns.insert(id, c);
+        ConnId(id)
+    }
+
+    pub fn connection(&self, c: ConnId) -> Option<&Connection> {
+        self.conns.get(&c.0)
+    }
+
+    pub fn connection_mut(&mut self, c: ConnId) -> Option<&mut Connection> {
+        self.conns.get_mut(&c.0)
+    }
+
+    pub fn connections(&self) -> impl Iterator<Item = &Connection> {
+        self.conns.values()
+    }
+
+    fn conn(&mut self, c: ConnId) -> Result<&mut Connection, PostError> {
+        self.conns.get_mut(&c.0).ok_or(PostError::UnknownConnection)
+    }
+
+    /// Create a stream (one per verbs QP): `local` is the id the peer puts in its packets,
+    /// `remote` the id we put in ours; `pd` is the protection domain remote access is checked
+    /// against.
+    pub fn create_stream(
+        &mut self,
+        c: ConnId,
+        local: u32,
+        remote: u32,
+        pd: u32,
+    ) -> Result<(), PostError> {
+        self.conn(c)?.create_stream(local, remote, pd)
+    }
+
+    pub fn destroy_stream(&mut self, c: ConnId, local: u32) -> Result<(), PostError> {
+        let conn = self
+            .conns
+            .get_mut(&c.0)
+            .ok_or(PostError::UnknownConnection)?;
+        let r = conn.destroy_stream(local);
+        self.completions.extend(conn.completions.drain(..));
+        r
+    }
+
+    pub fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError> {
+        self.conn(c)?.post_send(stream, wr)
+    }
+
+    pub fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
+        self.conn(c)?.post_recv(stream, wr)
+    }
+
+    /// Graceful close: CLOSE goes out once the connection's work is done.
+    pub fn close(&mut self, c: ConnId) -> Result<(), PostError> {
+        self.conn(c)?.close();
+        Ok(())
+    }
+
+    /// A UDP datagram for the native port arrived from `src`. `ce`: its IP ECN field was CE.
+    /// Bad input is counted and dropped; nothing here panics on any bytes.
+    pub fn handle_datagram(
+        &mut self,
+        now: u64,
+        src: Ipv4Addr,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn Memory,
+    ) {
+        self.counters.rx_datagrams += 1;
+        let pkt = match Packet::parse(data) {
+            Ok(p) => p,
+            Err(e) => {
+                match e {
+                    WireError::Truncated => self.counters.drop_truncated += 1,
+                    WireError::BadVersion(_) => self.counters.drop_bad_version += 1,
+                    WireError::BadOpcode(_) => self.counters.drop_bad_opcode += 1,
+                    WireError::BadCrc => self.counters.drop_bad_crc += 1,
+                    WireError::Malformed(_) | WireError::BufferTooSmall => {
+                        self.counters.drop_malformed += 1
+                    }
+                }
+                return;
+            }
+        };
+        if now >= self.next_share_at {
+            self.update_shares(now);
+        }
+        if pkt.dst_conn == 0 {
+            if let Body::Open(o) = pkt.body {
+                self.on_open(src, &o);
+            } else {
+                self.counters.drop_unknown_conn += 1;
+            }
+            return;
+        }
+        let Some(conn) = self.conns.get_mut(&pkt.dst_conn) else {
+            self.counters.drop_unknown_conn += 1;
+            return;
+        };
+        if conn.peer != src {
+            self.counters.drop_unknown_conn += 1;
+            return;
+        }
+        conn.handle_packet(now, &pkt, ce, mem);
+        self.completions.extend(conn.completions.drain(..));
+        self.events.extend(conn.events.drain(..));
+    }
+
+    fn on_open(&mut self, src: Ipv4Addr, o: &crate::wire::OpenRepr) {
+        if let Some(id) = self.by_peer.get(&(src, o.src_conn)) {
+            if let Some(c) = self.conns.get_mut(id) {
+                c.queue_open_ack();
+            }
+            return;
+        }
+        let id = self.new_conn_id();
+        let seed = splitmix64(self.cfg.seed ^ id as u64);
+        let mut c = Connection::new(
+            ConnId(id),
+            src,
+            o.src_conn,
+            self.cfg.conn.clone(),
+            self.cfg.line_rate_mbps,
+            seed,
+        );
+        c.establish(o);
+        c.queue_open_ack();
+        self.conns.insert(id, c);
+        self.by_peer.insert((src, o.src_conn), id);
+        self.events.push_back(Event::Accepted {
+            conn: ConnId(id),
+            peer: src,
+        });
+    }
+
+    /// Receiver-driven fair share: max-min over the connections that sent in the last
+    /// interval; demand-limited ones (no BACKLOG flag) count at their measured rate.
+    fn update_shares(&mut self, now: u64) {
+        let interval = self.cfg.share_interval_ns.max(1);
+        let elapsed = if self.next_share_at == 0 {
+            interval
+        } else {
+            now - (self.next_share_at - interval)
+        };
+        self.next_share_at = now + interval;
+        if !self.cfg.rate_hints {
+            return;
+        }
+        let cap = self.cfg.line_rate_mbps as f64 * self.cfg.share_target;
+        // (demand in Mbit/s or infinity, conn id)
+        let mut demands: Vec<(f64, u32)> = Vec::new();
+        for (id, c) in self.conns.iter() {
+            if c.rx_bytes_window > 0 {
+                let rate = c.rx_bytes_window as f64 * 8000.0 / elapsed.max(1) as f64;
+                let d = if c.backlog_seen { f64::INFINITY } else { rate };
+                demands.push((d, *id));
+            }
+        }
+        if demands.is_empty() {
+            return;
+        }
+        demands.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut left = cap;
+        let mut n = demands.len();
+        let mut level = cap / n as f64;
+        for (d, _) in &demands {
+            level = left / n as f64;
+            if *d >= level {
+                break;
+            }
+            left -= d;
+            n -= 1;
+        }
+        let hint = level.clamp(1.0, u32::MAX as f64) as u32;
+        for (_, id) in demands {
+            if let Some(c) = self.conns.get_mut(&id) {
+                c.hint_for_peer_mbps = hint;
+            }
+        }
+        for c in self.conns.values_mut() {
+            c.rx_bytes_window = 0;
+            c.backlog_seen = false;
+        }
+    }
+
+    /// The next datagram to send, written into `buf` (at least MTU + 128 bytes).
+    pub fn poll_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<Transmit> {
+        let n = self.conns.len();
+        if n == 0 {
+            return None;
+        }
+        // Round robin over connections, so one busy peer cannot starve the others.
+        let keys: Vec<u32> = if n > 1 {
+            self.conns.keys().copied().collect()
+        } else {
+            Vec::new()
+        };
+        for k in 0..n {
+            let conn = if n > 1 {
+                let id = keys[(self.rr + k) % n];
+                self.conns.get_mut(&id)
+            } else {
+                self.conns.values_mut().next()
+            };
+            let Some(conn) = conn else { continue };
+            let out = conn.poll_transmit(now, buf, mem);
+            self.completions.extend(conn.completions.drain(..));
+            self.events.extend(conn.events.drain(..));
+            if let Some((len, port)) = out {
+                self.rr = (self.rr + k + 1) % n;
+                self.counters.tx_datagrams += 1;
+                return Some(Transmit {
+                    dst: conn.peer,
+                    src_port: port,
+                    dst_port: NATIVE_UDP_PORT,
+                    len,
+                });
+            }
+        }
+        None
+    }
+
+    /// Earliest time `handle_timeout` must be called.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.conns.values().filter_map(|c| c.poll_timeout()).min()
+    }
+
+    pub fn handle_timeout(&mut self, now: u64) {
+        for c in self.conns.values_mut() {
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
+                self.completions.extend(c.completions.drain(..));
+                self.events.extend(c.events.drain(..));
+            }
+        }
+    }
+
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Drop connections that are closed or failed (their completions were delivered).
+    pub fn reap(&mut self) {
+        let dead: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.state, ConnState::Closed | ConnState::Failed))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in dead {
+            if let Some(c) = self.conns.remove(&k) {
+                self.by_peer.retain(|_, v| *v != c.id.0);
+            }
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! ferroce transport core: a sans-IO implementation of the native ferroce protocol
+//! (spec/). No sockets, threads or clocks: the embedder passes received datagrams and the
+//! current time in, and takes datagrams to send, timer deadlines and completions out.
+//!
+//! - [`wire`]: the packet formats (zero-copy views and parsed representations).
+//! - [`Endpoint`]: all connections of one host; the object an embedder drives.
+//! - [`mem::Memory`]: registered memory, implemented by the embedder (the core holds no
+//!   pointers); [`mem::Regions`] is a safe implementation over owned buffers.
+
+pub mod api;
+mod bits;
+pub mod config;
+pub mod conn;
+pub mod counters;
+pub mod endpoint;
+pub mod mem;
+pub mod path;
+pub mod wire;
+
+pub use api::*;
+pub use config::{ConnConfig, EndpointConfig};
+pub use conn::{path_entropy, ConnState, Connection};
+pub use counters::{ConnCounters, EndpointCounters, PathCounters};
+pub use endpoint::Endpoint;
+pub use path::{PathState, TxPath};

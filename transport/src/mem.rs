@@ -1,0 +1,237 @@
+//! Registered memory, seen through a trait the embedder implements.
+//!
+//! The core never holds a pointer: it names memory by (key, address, length) and asks the
+//! embedder to copy bytes in or out. The embedder enforces keys, access rights, protection
+//! domains and bounds; [`Regions`] is a safe, complete implementation backed by owned buffers
+//! (used by the simulator and tests; the verbs shim provides one over real registered memory).
+
+use std::collections::HashMap;
+
+/// Access rights of a memory region (verbs `IBV_ACCESS_*` semantics).
+pub mod access {
+    pub const LOCAL_WRITE: u32 = 1;
+    pub const REMOTE_WRITE: u32 = 2;
+    pub const REMOTE_READ: u32 = 4;
+    pub const REMOTE_ATOMIC: u32 = 8;
+}
+
+/// Why a memory access was refused. A refused access touched no memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemError {
+    /// No region with that key.
+    UnknownKey,
+    /// The region lacks the access right the operation needs.
+    AccessDenied,
+    /// The range is not inside the region (or overflows).
+    OutOfBounds,
+    /// The region's protection domain is not the stream's.
+    WrongDomain,
+    /// Atomic on an address that is not 8-byte aligned.
+    Misaligned,
+}
+
+/// An atomic operation on 8 bytes of remote memory (host byte order, like verbs on x86).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    FetchAdd { add: u64 },
+    CmpSwap { compare: u64, swap: u64 },
+}
+
+/// Registered memory as the core sees it. `pd` is the protection domain of the stream the
+/// request arrived on (the embedder's number; the core passes it through).
+pub trait Memory {
+    /// Copy `buf.len()` bytes of local memory at `addr` under `lkey` into `buf`.
+    fn read_local(&mut self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
+    /// Copy `data` into local memory at `addr` under `lkey` (needs LOCAL_WRITE).
+    fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError>;
+    /// Check that `len` bytes at `addr` under `rkey` grant `access` to domain `pd`.
+    fn check_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(), MemError>;
+    /// Copy remote-readable memory into `buf` (a READ response).
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), MemError>;
+    /// Place `data` at `addr` under `rkey` (a WRITE).
+    fn write_remote(&mut self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError>;
+    /// Execute an atomic; returns the original value.
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        op: AtomicOp,
+    ) -> Result<u64, MemError>;
+}
+
+/// One registered region backed by an owned buffer.
+#[derive(Debug)]
+pub struct Region {
+    pub pd: u32,
+    pub addr: u64,
+    pub access: u32,
+    pub data: Vec<u8>,
+}
+
+/// A safe [`Memory`] over owned buffers: lkey == rkey == the key returned by `register`.
+#[derive(Debug, Default)]
+pub struct Regions {
+    regions: HashMap<u32, Region>,
+    next_key: u32,
+}
+
+impl Regions {
+    pub fn new() -> Self {
+        Regions {
+            regions: HashMap::new(),
+            next_key: 0x100,
+        }
+    }
+
+    /// Register `len` zeroed bytes that appear at virtual address `addr`; returns the key.
+    pub fn register(&mut self, pd: u32, addr: u64, len: usize, access: u32) -> u32 {
+        let key = self.next_key;
+        // Keys step by an odd constant so neighbouring regions don't get guessable keys.
+        self.next_key = self.next_key.wrapping_add(0x9e37);
+        self.regions.insert(
+            key,
+            Region {
+                pd,
+                addr,
+                access,
+                data: vec![0; len],
+            },
+        );
+        key
+    }
+
+    pub fn deregister(&mut self, key: u32) -> Option<Region> {
+        self.regions.remove(&key)
+    }
+
+    pub fn region(&self, key: u32) -> Option<&Region> {
+        self.regions.get(&key)
+    }
+
+    pub fn region_mut(&mut self, key: u32) -> Option<&mut Region> {
+        self.regions.get_mut(&key)
+    }
+
+    /// Byte range inside region `key` for [addr, addr+len), checked.
+    fn range(&self, key: u32, addr: u64, len: u64) -> Result<(&Region, usize, usize), MemError> {
+        let r = self.regions.get(&key).ok_or(MemError::UnknownKey)?;
+        let start = addr.checked_sub(r.addr).ok_or(MemError::OutOfBounds)?;
+        let end = start.checked_add(len).ok_or(MemError::OutOfBounds)?;
+        if end > r.data.len() as u64 {
+            return Err(MemError::OutOfBounds);
+        }
+        Ok((r, start as usize, end as usize))
+    }
+
+    fn check(
+        &self,
+        pd: Option<u32>,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<(usize, usize), MemError> {
+        let (r, s, e) = self.range(key, addr, len)?;
+        if let Some(pd) = pd {
+            if r.pd != pd {
+                return Err(MemError::WrongDomain);
+            }
+        }
+        if r.access & need != need {
+            return Err(MemError::AccessDenied);
+        }
+        Ok((s, e))
+    }
+}
+
+impl Memory for Regions {
+    fn read_local(&mut self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let (s, e) = self.check(None, lkey, addr, buf.len() as u64, 0)?;
+        buf.copy_from_slice(&self.regions[&lkey].data[s..e]);
+        Ok(())
+    }
+
+    fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let (s, e) = self.check(None, lkey, addr, data.len() as u64, access::LOCAL_WRITE)?;
+        self.region_mut(lkey).ok_or(MemError::UnknownKey)?.data[s..e].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn check_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<(), MemError> {
+        self.check(Some(pd), rkey, addr, len, need).map(|_| ())
+    }
+
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), MemError> {
+        let (s, e) = self.check(Some(pd), rkey, addr, buf.len() as u64, access::REMOTE_READ)?;
+        buf.copy_from_slice(&self.regions[&rkey].data[s..e]);
+        Ok(())
+    }
+
+    fn write_remote(&mut self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let (s, e) = self.check(
+            Some(pd),
+            rkey,
+            addr,
+            data.len() as u64,
+            access::REMOTE_WRITE,
+        )?;
+        self.region_mut(rkey).ok_or(MemError::UnknownKey)?.data[s..e].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        op: AtomicOp,
+    ) -> Result<u64, MemError> {
+        if addr % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        let (s, e) = self.check(Some(pd), rkey, addr, 8, access::REMOTE_ATOMIC)?;
+        let r = self.region_mut(rkey).ok_or(MemError::UnknownKey)?;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&r.data[s..e]);
+        let orig = u64::from_ne_bytes(b);
+        let new = match op {
+            AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
+            AtomicOp::CmpSwap { compare, swap } => {
+                if orig == compare {
+                    swap
+                } else {
+                    orig
+                }
+            }
+        };
+        r.data[s..e].copy_from_slice(&new.to_ne_bytes());
+        Ok(orig)
+    }
+}

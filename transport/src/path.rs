@@ -1,0 +1,476 @@
+//! One path of a connection: its own entropy, PSN space, window, RTT and state, on the sending
+//! side; and its cumulative PSN plus 256-bit receive window on the receiving side.
+
+use crate::config::ConnConfig;
+use crate::counters::PathCounters;
+use crate::wire::{psn_diff, psn_lt, Sack256};
+use std::collections::VecDeque;
+
+/// The path state machine (spec/transport.md, "Path states").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PathState {
+    /// Carries new data.
+    Good,
+    /// An RTO expired: no new data, probes until an ACK shows it alive.
+    Suspect,
+    /// Failed and moved to a new UDP source port; probing for it.
+    Probing,
+}
+
+/// What a sent PSN carried, so a loss can be resent (the owner resolves it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChunkRef {
+    /// Chunk `chunk` of request `msn` on local stream `stream` (requester side).
+    Req { stream: u32, msn: u32, chunk: u32 },
+    /// Chunk `chunk` of the response to request `msn` on local stream `stream` (responder).
+    Resp { stream: u32, msn: u32, chunk: u32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
+    InFlight,
+    Acked,
+    /// Declared lost (SACK hole or RTO) or refused by a NACK: no longer this path's concern.
+    Gone,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sent {
+    pub chunk: ChunkRef,
+    pub bytes: u32,
+    pub sent_at: u64,
+    pub fate: Fate,
+}
+
+/// Sender-side state of a path.
+#[derive(Debug)]
+pub struct TxPath {
+    pub index: u8,
+    pub state: PathState,
+    /// Current UDP source port.
+    pub entropy: u16,
+    pub generation: u32,
+    pub next_psn: u32,
+    /// PSN of `sent[0]`.
+    base_psn: u32,
+    sent: VecDeque<Sent>,
+    pub inflight_bytes: u64,
+    pub cwnd: f64,
+    pub max_cwnd: f64,
+    mtu: f64,
+    pub srtt_ns: Option<f64>,
+    pub rttvar_ns: f64,
+    pub min_rtt_ns: u64,
+    pub rto_ns: u64,
+    /// Consecutive RTO expiries without progress.
+    pub rto_count: u32,
+    /// DCTCP state: marked-fraction average and the current observation window.
+    alpha: f64,
+    win_end_psn: u32,
+    win_bytes: u64,
+    win_marked: u64,
+    last_ce: u32,
+    last_decrease_psn: u32,
+    /// Next probe time (Suspect/Probing).
+    pub probe_at: Option<u64>,
+    pub probe_seq: u32,
+    pub failed_at: u64,
+    pub counters: PathCounters,
+}
+
+/// What an ACK told the sender.
+#[derive(Debug, Default)]
+pub(crate) struct AckOutcome {
+    /// Chunks newly acknowledged.
+    pub acked: Vec<ChunkRef>,
+    /// Chunks newly declared lost (holes below the highest acknowledged PSN).
+    pub lost: Vec<ChunkRef>,
+    pub progress: bool,
+}
+
+pub(crate) const SACK_SPAN: u32 = 256;
+
+impl TxPath {
+    pub fn new(index: u8, entropy: u16, cfg: &ConnConfig, init_cwnd: f64, max_cwnd: f64) -> Self {
+        TxPath {
+            index,
+            state: PathState::Good,
+            entropy,
+            generation: 0,
+            next_psn: 0,
+            base_psn: 0,
+            sent: VecDeque::new(),
+            inflight_bytes: 0,
+            cwnd: init_cwnd,
+            max_cwnd,
+            mtu: cfg.mtu as f64,
+            srtt_ns: None,
+            rttvar_ns: 0.0,
+            min_rtt_ns: u64::MAX,
+            rto_ns: cfg.initial_rto_ns,
+            rto_count: 0,
+            alpha: 0.0,
+            win_end_psn: 0,
+            win_bytes: 0,
+            win_marked: 0,
+            last_ce: 0,
+            last_decrease_psn: 0,
+            probe_at: None,
+            probe_seq: 0,
+            failed_at: 0,
+            counters: PathCounters::default(),
+        }
+    }
+
+    /// Lowest PSN still in flight (the `floor` of the sequence header).
+    pub fn floor(&self) -> u32 {
+        self.base_psn
+    }
+
+    /// Room for one more packet of `bytes` under the path window and the SACK span.
+    pub fn has_room(&self, bytes: u32) -> bool {
+        psn_diff(self.next_psn, self.base_psn) < SACK_SPAN as i32
+            && (self.inflight_bytes == 0 || self.inflight_bytes as f64 + bytes as f64 <= self.cwnd)
+    }
+
+    /// Load relative to the window, for choosing the least-loaded path.
+    pub fn load(&self) -> f64 {
+        self.inflight_bytes as f64 / self.cwnd.max(1.0)
+    }
+
+    /// Record a sent packet; returns its PSN.
+    pub fn on_send(&mut self, chunk: ChunkRef, bytes: u32, now: u64, retx: bool) -> u32 {
+        let psn = self.next_psn;
+        self.next_psn = psn.wrapping_add(1);
+        self.sent.push_back(Sent {
+            chunk,
+            bytes,
+            sent_at: now,
+            fate: Fate::InFlight,
+        });
+        self.inflight_bytes += bytes as u64;
+        self.counters.tx_pkts += 1;
+        self.counters.tx_bytes += bytes as u64;
+        if retx {
+            self.counters.retx_pkts += 1;
+        }
+        psn
+    }
+
+    fn entry_mut(&mut self, psn: u32) -> Option<&mut Sent> {
+        let d = psn_diff(psn, self.base_psn);
+        if d < 0 {
+            return None;
+        }
+        self.sent.get_mut(d as usize)
+    }
+
+    /// The chunk a PSN carried, if it is still in flight.
+    pub(crate) fn peek(&self, psn: u32) -> Option<ChunkRef> {
+        let d = psn_diff(psn, self.base_psn);
+        if d < 0 {
+            return None;
+        }
+        self.sent
+            .get(d as usize)
+            .filter(|e| e.fate == Fate::InFlight)
+            .map(|e| e.chunk)
+    }
+
+    /// Forget everything in flight (the connection failed).
+    pub(crate) fn abandon_all(&mut self) {
+        for e in self.sent.iter_mut() {
+            e.fate = Fate::Gone;
+        }
+        self.inflight_bytes = 0;
+        self.trim();
+    }
+
+    /// Mark a PSN gone (NACKed); returns its chunk if it was in flight.
+    pub(crate) fn forget(&mut self, psn: u32) -> Option<ChunkRef> {
+        let e = self.entry_mut(psn)?;
+        if e.fate != Fate::InFlight {
+            return None;
+        }
+        e.fate = Fate::Gone;
+        let (c, b) = (e.chunk, e.bytes);
+        self.inflight_bytes -= b as u64;
+        self.trim();
+        Some(c)
+    }
+
+    fn trim(&mut self) {
+        while let Some(f) = self.sent.front() {
+            if f.fate == Fate::InFlight {
+                break;
+            }
+            self.sent.pop_front();
+            self.base_psn = self.base_psn.wrapping_add(1);
+        }
+    }
+
+    /// Process one ACK for this path.
+    pub(crate) fn on_ack(
+        &mut self,
+        now: u64,
+        cum: u32,
+        sack: &Sack256,
+        ecn_ce: u32,
+        rtt_sample: Option<u64>,
+        cfg: &ConnConfig,
+    ) -> AckOutcome {
+        let mut out = AckOutcome::default();
+        // Highest PSN acknowledged by this ACK, if any.
+        let mut highest: Option<u32> = None;
+        {
+            // Cumulative part.
+            let n_cum = psn_diff(cum, self.base_psn).clamp(0, self.sent.len() as i32) as usize;
+            for i in 0..n_cum {
+                self.ack_index(i, &mut out);
+            }
+            if psn_diff(cum, self.base_psn) > 0 && psn_lt(cum.wrapping_sub(1), self.next_psn) {
+                highest = Some(cum.wrapping_sub(1));
+            }
+            // Selective part: bit i is PSN cum + 1 + i.
+            for (w, word) in sack.0.iter().enumerate() {
+                let mut bits = *word;
+                while bits != 0 {
+                    let b = bits.trailing_zeros();
+                    bits &= bits - 1;
+                    let psn = cum.wrapping_add(1 + w as u32 * 64 + b);
+                    let d = psn_diff(psn, self.base_psn);
+                    if d >= 0 && (d as usize) < self.sent.len() {
+                        self.ack_index(d as usize, &mut out);
+                    }
+                    if d >= 0 && psn_lt(psn, self.next_psn) {
+                        highest = Some(match highest {
+                            Some(h) if psn_lt(psn, h) => h,
+                            _ => psn,
+                        });
+                    }
+                }
+            }
+        }
+        // Holes below the highest acknowledged PSN are losses: a path does not reorder.
+        if let Some(h) = highest {
+            let n = (psn_diff(h, self.base_psn).max(0) as usize).min(self.sent.len());
+            for i in 0..n {
+                let e = &mut self.sent[i];
+                if e.fate == Fate::InFlight {
+                    e.fate = Fate::Gone;
+                    self.inflight_bytes -= e.bytes as u64;
+                    self.counters.sack_holes += 1;
+                    out.lost.push(e.chunk);
+                }
+            }
+        }
+        if !out.acked.is_empty() {
+            out.progress = true;
+            self.rto_count = 0;
+            if self.state != PathState::Good {
+                self.state = PathState::Good;
+                self.probe_at = None;
+            }
+        }
+        if let Some(rtt) = rtt_sample {
+            self.on_rtt(rtt, cfg);
+        }
+        self.on_ecn(cum, ecn_ce, &out, cfg);
+        self.trim();
+        let _ = now;
+        out
+    }
+
+    fn ack_index(&mut self, i: usize, out: &mut AckOutcome) {
+        let e = &mut self.sent[i];
+        match e.fate {
+            Fate::InFlight => {
+                e.fate = Fate::Acked;
+                self.inflight_bytes -= e.bytes as u64;
+                self.counters.acked_pkts += 1;
+                self.win_bytes += e.bytes as u64;
+                out.acked.push(e.chunk);
+            }
+            // A packet declared lost arrived after all (reordering): credit the chunk once more;
+            // the owner deduplicates.
+            Fate::Gone => {
+                e.fate = Fate::Acked;
+                out.acked.push(e.chunk);
+            }
+            Fate::Acked => {}
+        }
+    }
+
+    fn on_rtt(&mut self, rtt: u64, cfg: &ConnConfig) {
+        let r = rtt as f64;
+        self.min_rtt_ns = self.min_rtt_ns.min(rtt.max(1));
+        match self.srtt_ns {
+            None => {
+                self.srtt_ns = Some(r);
+                self.rttvar_ns = r / 2.0;
+            }
+            Some(s) => {
+                self.rttvar_ns = 0.75 * self.rttvar_ns + 0.25 * (s - r).abs();
+                self.srtt_ns = Some(0.875 * s + 0.125 * r);
+            }
+        }
+        let s = self.srtt_ns.unwrap_or(r);
+        self.rto_ns = ((s + 4.0 * self.rttvar_ns) as u64).clamp(cfg.min_rto_ns, cfg.max_rto_ns);
+    }
+
+    /// DCTCP-style per-path window: marks shrink it at most once per window, random loss never.
+    fn on_ecn(&mut self, cum: u32, ecn_ce: u32, out: &AckOutcome, cfg: &ConnConfig) {
+        let new_marks = ecn_ce.wrapping_sub(self.last_ce);
+        self.last_ce = ecn_ce;
+        if new_marks > 0 && new_marks < 1 << 30 {
+            self.counters.ecn_echoed += new_marks as u64;
+            self.win_marked += new_marks as u64 * self.mtu as u64;
+        }
+        let acked_bytes: u64 = out.acked.len() as u64 * self.mtu as u64;
+        if !psn_lt(cum, self.win_end_psn) {
+            // One window of data has been acknowledged: update alpha.
+            let f = if self.win_bytes > 0 {
+                (self.win_marked as f64 / self.win_bytes as f64).min(1.0)
+            } else {
+                0.0
+            };
+            self.alpha = (1.0 - cfg.dctcp_g) * self.alpha + cfg.dctcp_g * f;
+            self.win_bytes = 0;
+            self.win_marked = 0;
+            self.win_end_psn = self.next_psn;
+        }
+        if new_marks > 0 && new_marks < 1 << 30 {
+            if !psn_lt(cum, self.last_decrease_psn) {
+                let alpha = self.alpha.max(cfg.dctcp_g);
+                self.cwnd = (self.cwnd * (1.0 - alpha / 2.0).max(cfg.md_floor)).max(self.mtu);
+                self.last_decrease_psn = self.next_psn;
+                self.counters.cwnd_decreases += 1;
+            }
+        } else if acked_bytes > 0 {
+            // Additive increase: one MTU per window's worth of acknowledged bytes.
+            self.cwnd = (self.cwnd + self.mtu * acked_bytes as f64 / self.cwnd.max(self.mtu))
+                .min(self.max_cwnd);
+        }
+    }
+
+    /// Deadline of the tail-loss timer: the oldest packet in flight plus the RTO.
+    pub fn rto_deadline(&self) -> Option<u64> {
+        self.sent
+            .iter()
+            .find(|s| s.fate == Fate::InFlight)
+            .map(|s| s.sent_at + self.rto_ns)
+    }
+
+    /// The RTO fired: every packet in flight is lost; returns them and updates the state.
+    pub(crate) fn on_rto(&mut self, now: u64, cfg: &ConnConfig) -> Vec<ChunkRef> {
+        let mut lost = Vec::new();
+        for e in self.sent.iter_mut() {
+            if e.fate == Fate::InFlight {
+                e.fate = Fate::Gone;
+                lost.push(e.chunk);
+            }
+        }
+        self.inflight_bytes = 0;
+        self.trim();
+        self.counters.rtos += 1;
+        self.rto_count += 1;
+        self.rto_ns = (self.rto_ns * 2).min(cfg.max_rto_ns);
+        match self.state {
+            PathState::Good => {
+                self.state = PathState::Suspect;
+                self.probe_at = Some(now);
+            }
+            PathState::Suspect if self.rto_count >= cfg.fail_after_rtos => self.fail(now),
+            _ => {}
+        }
+        lost
+    }
+
+    /// Give up on the current route: new entropy (re-route), probe for it.
+    pub(crate) fn fail(&mut self, now: u64) {
+        self.state = PathState::Probing;
+        self.failed_at = now;
+        self.probe_at = Some(now);
+        self.counters.failures += 1;
+    }
+}
+
+/// Receiver-side state of a path: cumulative PSN and the 256 PSNs above it.
+#[derive(Debug, Default)]
+pub struct RxPath {
+    /// Next PSN expected: every PSN before it was received or abandoned by the sender.
+    pub cum: u32,
+    /// Bit i: PSN cum + 1 + i received.
+    pub sack: Sack256,
+    /// Cumulative count of CE-marked packets received.
+    pub ce_count: u32,
+    /// Packets received since the last ACK.
+    pub unacked: u32,
+    /// When the oldest unacknowledged packet arrived.
+    pub first_unacked_at: Option<u64>,
+    /// tsval of the packet that most recently asked for an ACK.
+    pub ts_echo: u32,
+    pub ts_arrival: u64,
+    pub ack_now: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RxVerdict {
+    New { in_order: bool },
+    Duplicate,
+    OutOfWindow,
+}
+
+impl RxPath {
+    /// The sender abandoned every PSN below `floor`.
+    pub(crate) fn apply_floor(&mut self, floor: u32) {
+        let k = psn_diff(floor, self.cum);
+        if k <= 0 {
+            return;
+        }
+        let k = k as u32;
+        let floor_received = k <= SACK_SPAN && self.sack.get(k - 1);
+        self.sack.shift_down(k);
+        self.cum = floor;
+        if floor_received {
+            self.step();
+        }
+    }
+
+    fn step(&mut self) {
+        let run = self.sack.leading_run();
+        self.cum = self.cum.wrapping_add(1 + run);
+        self.sack.shift_down(1 + run);
+    }
+
+    /// Would `psn` be accepted as new (without recording it)?
+    pub(crate) fn classify(&self, psn: u32) -> RxVerdict {
+        let d = psn_diff(psn, self.cum);
+        if d < 0 {
+            RxVerdict::Duplicate
+        } else if d == 0 {
+            // In order unless it fills a hole below packets already received.
+            RxVerdict::New {
+                in_order: self.sack.is_empty(),
+            }
+        } else if d as u32 <= SACK_SPAN {
+            if self.sack.get(d as u32 - 1) {
+                RxVerdict::Duplicate
+            } else {
+                RxVerdict::New { in_order: false }
+            }
+        } else {
+            RxVerdict::OutOfWindow
+        }
+    }
+
+    /// Record `psn` as received (the caller classified it as New).
+    pub(crate) fn record(&mut self, psn: u32) {
+        let d = psn_diff(psn, self.cum);
+        if d == 0 {
+            self.step();
+        } else if d > 0 && d as u32 <= SACK_SPAN {
+            self.sack.set(d as u32 - 1);
+        }
+    }
+}
