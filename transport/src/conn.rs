@@ -967,9 +967,11 @@ impl Connection {
             .unwrap_or(self.cfg.initial_rtt_ns)
     }
 
-    /// Bytes the hint allows in flight: rate × base RTT × 1.25.
+    /// Bytes the hint allows in flight: rate × (base RTT × 1.25 + the receiver's ACK delay),
+    /// since with N paths an ACK can be held up to `ack_delay` and the window must cover it.
     fn hint_window(&self) -> f64 {
-        self.peer_hint_mbps as f64 / 8000.0 * self.base_rtt() as f64 * 1.25
+        let rtt = self.base_rtt() as f64 * 1.25 + self.cfg.ack_delay_ns as f64;
+        self.peer_hint_mbps as f64 / 8000.0 * rtt
     }
 
     fn on_nack(&mut self, now: u64, path: u8, n: &NackRepr) {
