@@ -1,0 +1,625 @@
+#!/usr/bin/env python3
+"""Generate the ferroce v0 wire test vectors (spec/vectors/*.vec).
+
+This script is written from spec/wire.md alone, independently of the Rust codec: it lays
+out every field by hand with `struct` and computes the trailer with zlib.crc32. Run it from
+anywhere: `python3 spec/vectors/gen_vectors.py`. It rewrites every .vec file it knows and
+deletes nothing else. The format of the files is described in spec/vectors/README.md.
+"""
+
+import os
+import struct
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+OPCODES = {
+    "SEND": 0x01, "SEND_IMM": 0x02, "WRITE": 0x03, "WRITE_IMM": 0x04,
+    "READ_REQ": 0x05, "READ_RESP": 0x06, "FETCH_ADD": 0x07, "CMP_SWAP": 0x08,
+    "ATOMIC_RESP": 0x09, "ACK": 0x10, "NACK": 0x11, "OPEN": 0x20, "OPEN_ACK": 0x21,
+    "CLOSE": 0x22, "CLOSE_ACK": 0x23, "PROBE": 0x30, "PROBE_ACK": 0x31,
+}
+REASONS = {"REMOTE_ACCESS": 1, "INVALID_REQUEST": 2, "RNR": 3, "SEQUENCE": 4}
+FLAG_NAMES = [(0x01, "ACK_REQ"), (0x02, "LAST"), (0x04, "RETX"), (0x08, "SOLICITED"),
+              (0x10, "BACKLOG")]
+
+
+def u8(v):
+    return struct.pack(">B", v)
+
+
+def u16(v):
+    return struct.pack(">H", v)
+
+
+def u32(v):
+    return struct.pack(">I", v)
+
+
+def u64(v):
+    return struct.pack(">Q", v)
+
+
+def flag_text(f):
+    names = [n for b, n in FLAG_NAMES if f & b]
+    if f & ~0x1F:
+        names.append("undefined 0x%02x" % (f & ~0x1F))
+    return "|".join(names) if names else "none"
+
+
+def sack_bytes(bits):
+    """Bit i -> byte i // 8, bit position i % 8 (least significant first)."""
+    b = bytearray(32)
+    for i in bits:
+        b[i // 8] |= 1 << (i % 8)
+    return bytes(b)
+
+
+class Vec:
+    def __init__(self, name, comment):
+        self.name = name
+        self.comment = comment
+        self.fields = []  # (key, text)
+        self.segs = []  # (bytes, comment)
+        self.error = None
+        self.emit = None  # expected emit bytes when they differ from the input
+
+    def f(self, key, value):
+        if isinstance(value, int):
+            value = str(value)
+        self.fields.append((key, value))
+
+    def seg(self, data, comment):
+        self.segs.append((data, comment))
+
+    def body(self):
+        return b"".join(d for d, _ in self.segs)
+
+    def seal(self, corrupt=False):
+        c = zlib.crc32(self.body()) & 0xFFFFFFFF
+        if corrupt:
+            self.seg(u32(c ^ 0x00000001), "CRC-32 0x%08x with its lowest bit flipped (correct: 0x%08x)" % (c ^ 1, c))
+        else:
+            self.seg(u32(c), "CRC-32 trailer 0x%08x (zlib, big-endian) over the %d bytes before it" % (c, len(self.body())))
+
+    def write(self):
+        lines = []
+        for c in self.comment.strip().splitlines():
+            lines.append(("# " + c.strip()).rstrip())
+        lines.append("name: " + self.name)
+        if self.error:
+            lines.append("error: " + self.error)
+        for k, v in self.fields:
+            lines.append("%s: %s" % (k, v))
+        total = sum(len(d) for d, _ in self.segs)
+        lines.append("# UDP payload, %d bytes; offsets are from its first byte" % total)
+        off = 0
+        for data, com in self.segs:
+            for i in range(0, len(data), 16):
+                hx = " ".join("%02x" % x for x in data[i:i + 16])
+                c = ("# @%d: %s" % (off + i, com)) if i == 0 else "#   (cont.)"
+                lines.append("hex: %-47s  %s" % (hx, c))
+            off += len(data)
+        if self.emit is not None:
+            lines.append("# emit of the parsed packet (reserved bits written as zero):")
+            for i in range(0, len(self.emit), 16):
+                lines.append("emit: " + " ".join("%02x" % x for x in self.emit[i:i + 16]))
+        path = os.path.join(HERE, self.name + ".vec")
+        with open(path, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+        return path
+
+
+def base(v, op, flags, path, dst_conn, declare=True):
+    opc = OPCODES[op] if isinstance(op, str) else op
+    v.seg(u8(1) + u8(opc) + u8(flags) + u8(path) + u32(dst_conn),
+          "base: version 1, opcode 0x%02x%s, flags 0x%02x (%s), path %d, dst_conn 0x%08x"
+          % (opc, (" " + op) if isinstance(op, str) else "", flags, flag_text(flags), path, dst_conn))
+    if declare:
+        v.f("opcode", op)
+        v.f("flags", "0x%02x" % flags)
+        v.f("path", path)
+        v.f("dst_conn", "0x%08x" % dst_conn)
+
+
+def seqmsg(v, psn, floor, tsval, stream, msn, offset, length, declare=True):
+    v.seg(u32(psn) + u32(floor) + u32(tsval),
+          "sequence: psn %d, floor %d, tsval %d" % (psn, floor, tsval))
+    v.seg(u32(stream) + u32(msn) + u32(offset) + u32(length),
+          "message: stream %d, msn %d, offset %d, length %d" % (stream, msn, offset, length))
+    if declare:
+        for k, x in (("psn", psn), ("floor", floor), ("tsval", tsval), ("stream", stream),
+                     ("msn", msn), ("offset", offset), ("length", length)):
+            v.f(k, x)
+
+
+def payload(v, data, declare=True):
+    if data:
+        v.seg(data, "payload, %d bytes" % len(data))
+    if declare:
+        v.f("payload", " ".join("%02x" % x for x in data))
+
+
+def ack_body(v, cum, bits, ce, hint, tse, delay, declare=True):
+    v.seg(u32(cum), "cum_psn %d" % cum)
+    v.seg(sack_bytes(bits), "SACK bitmap, 32 bytes; set bits %s" % (" ".join(map(str, bits)) or "none"))
+    v.seg(u32(ce) + u32(hint) + u32(tse) + u32(delay),
+          "ecn_ce %d, rate_hint_mbps %d, ts_echo %d, ack_delay_ns %d" % (ce, hint, tse, delay))
+    if declare:
+        v.f("cum_psn", cum)
+        v.f("sack", " ".join(map(str, bits)))
+        v.f("ecn_ce", ce)
+        v.f("rate_hint_mbps", hint)
+        v.f("ts_echo", tse)
+        v.f("ack_delay_ns", delay)
+
+
+def nack_body(v, psn, stream, msn, reason, rnr, reserved=0, declare=True):
+    rc = REASONS[reason] if isinstance(reason, str) else reason
+    v.seg(u32(psn) + u32(stream) + u32(msn), "psn %d, stream %d, msn %d" % (psn, stream, msn))
+    v.seg(u8(rc) + u8(rnr) + u16(reserved),
+          "reason %d%s, rnr_delay %d, reserved 0x%04x" % (rc, (" " + reason) if isinstance(reason, str) else "", rnr, reserved))
+    if declare:
+        v.f("psn", psn)
+        v.f("stream", stream)
+        v.f("msn", msn)
+        v.f("reason", reason)
+        v.f("rnr_delay", rnr)
+
+
+def open_body(v, src, paths, mtu, rate, reserved=0, declare=True):
+    v.seg(u32(src) + u8(paths) + u8(reserved) + u16(mtu) + u32(rate),
+          "src_conn 0x%08x, paths %d, reserved 0x%02x, mtu %d, line_rate_mbps %d" % (src, paths, reserved, mtu, rate))
+    if declare:
+        v.f("src_conn", "0x%08x" % src)
+        v.f("paths", paths)
+        v.f("mtu", mtu)
+        v.f("line_rate_mbps", rate)
+
+
+def close_body(v, src, reason, declare=True):
+    v.seg(u32(src) + u32(reason), "src_conn 0x%08x, reason %d" % (src, reason))
+    if declare:
+        v.f("src_conn", "0x%08x" % src)
+        v.f("reason", reason)
+
+
+def probe_body(v, seq, ts, declare=True):
+    v.seg(u32(seq) + u32(ts), "probe_seq %d, ts %d" % (seq, ts))
+    if declare:
+        v.f("probe_seq", seq)
+        v.f("ts", ts)
+
+
+A = 0x7C3A91E5  # connection id chosen by endpoint A
+B = 0x1D05B2C8  # connection id chosen by endpoint B
+ACK_REQ, LAST, RETX, SOL, BACKLOG = 1, 2, 4, 8, 16
+OUT = []
+
+
+def new(name, comment):
+    v = Vec(name, comment)
+    OUT.append(v)
+    return v
+
+
+# ---------------------------------------------------------------- valid: reliable opcodes
+v = new("send", """
+SEND: a whole 14-byte message in one packet (offset 0, length 14), so LAST is set.
+A -> B on path 2; B's stream id 5; message number 9; it consumes B's receive number 3.
+""")
+base(v, "SEND", LAST, 2, B)
+seqmsg(v, 41, 38, 1000000, 5, 9, 0, 14)
+v.seg(u32(3), "SEND: rsn 3")
+v.f("rsn", 3)
+payload(v, b"hello, ferroce")
+v.seal()
+
+v = new("send_imm", """
+SEND_IMM: first packet of a 24-byte message (max payload 16 for brevity: offsets 0 and 16),
+with ACK_REQ and BACKLOG; immediate 0xcafef00d.
+""")
+base(v, "SEND_IMM", ACK_REQ | BACKLOG, 0, B)
+seqmsg(v, 0, 0, 123456789, 1, 0, 0, 24)
+v.seg(u32(0) + u32(0xCAFEF00D), "SEND_IMM: rsn 0, imm 0xcafef00d")
+v.f("rsn", 0)
+v.f("imm", "0xcafef00d")
+payload(v, bytes(range(0x10, 0x20)))
+v.seal()
+
+v = new("send_empty", """
+SEND of a zero-length message: one packet, offset 0, length 0, no payload (the only case
+where a data packet may be empty).
+""")
+base(v, "SEND", LAST | SOL, 1, A)
+seqmsg(v, 7, 7, 5, 0xFFFFFFFF, 0xFFFFFFFF, 0, 0)
+v.seg(u32(0xFFFFFFFF), "SEND: rsn 4294967295")
+v.f("rsn", 0xFFFFFFFF)
+payload(v, b"")
+v.seal()
+
+v = new("write", """
+WRITE: the middle packet (offset 16) of a 40-byte message, resent (RETX) under a fresh PSN;
+raddr is the address of this packet's own first byte (message base 0x7f0000001000 + 16).
+""")
+base(v, "WRITE", RETX, 7, B)
+seqmsg(v, 1000, 996, 0xFFFFFFF0, 3, 77, 16, 40)
+v.seg(u32(0x00ABCDEF) + u64(0x7F0000001010), "WRITE: rkey 0x00abcdef, raddr 0x7f0000001010")
+v.f("rkey", "0x00abcdef")
+v.f("raddr", "0x7f0000001010")
+payload(v, bytes([0xA5] * 16))
+v.seal()
+
+v = new("write_imm", """
+WRITE_IMM: last packet (offset 32, 8 bytes) of a 40-byte message; carries rsn and imm.
+""")
+base(v, "WRITE_IMM", LAST | ACK_REQ, 3, B)
+seqmsg(v, 0x80000000, 0x7FFFFFF0, 42, 3, 78, 32, 40)
+v.seg(u32(0x00ABCDEF) + u64(0x7F0000002020) + u32(12) + u32(0x01020304),
+      "WRITE_IMM: rkey 0x00abcdef, raddr 0x7f0000002020, rsn 12, imm 0x01020304")
+v.f("rkey", "0x00abcdef")
+v.f("raddr", "0x7f0000002020")
+v.f("rsn", 12)
+v.f("imm", "0x01020304")
+payload(v, b"TAILDATA")
+v.seal()
+
+v = new("read_req", """
+READ_REQ: read 65536 bytes at raddr 0x10000 of region rkey 0x11223344. No payload; offset
+MUST be 0; length is the read length.
+""")
+base(v, "READ_REQ", ACK_REQ, 4, B)
+seqmsg(v, 5, 0, 999, 2, 10, 0, 65536)
+v.seg(u32(0x11223344) + u64(0x10000), "READ_REQ: rkey 0x11223344, raddr 0x10000")
+v.f("rkey", "0x11223344")
+v.f("raddr", "0x10000")
+v.seal()
+
+v = new("read_req_zero", """
+READ_REQ of length 0 (valid: answered by one empty READ_RESP).
+""")
+base(v, "READ_REQ", 0, 0, B)
+seqmsg(v, 6, 6, 1000, 2, 11, 0, 0)
+v.seg(u32(0x11223344) + u64(0xFFFFFFFFFFFFFFFF), "READ_REQ: rkey 0x11223344, raddr 0xffffffffffffffff")
+v.f("rkey", "0x11223344")
+v.f("raddr", "0xffffffffffffffff")
+v.seal()
+
+v = new("read_resp", """
+READ_RESP: B -> A, second packet (offset 16) of the response to A's READ_REQ msn 10 on A's
+stream 6; the stream is A's id and the msn is the request's. 16 bytes of data.
+""")
+base(v, "READ_RESP", BACKLOG, 5, A)
+seqmsg(v, 300, 290, 31337, 6, 10, 16, 65536)
+payload(v, bytes(range(0xF0, 0x100)))
+v.seal()
+
+v = new("fetch_add", """
+FETCH_ADD: add 1 to the 8-byte word at raddr 0x2000 (8-byte aligned) of rkey 0x55667788.
+offset 0 and length 8 are mandatory for atomics.
+""")
+base(v, "FETCH_ADD", ACK_REQ | LAST, 0, B)
+seqmsg(v, 12, 12, 77, 2, 12, 0, 8)
+v.seg(u32(0x55667788) + u64(0x2000) + u64(1), "FETCH_ADD: rkey 0x55667788, raddr 0x2000, add 1")
+v.f("rkey", "0x55667788")
+v.f("raddr", "0x2000")
+v.f("add", 1)
+v.seal()
+
+v = new("cmp_swap", """
+CMP_SWAP: if *raddr == compare then *raddr = swap; the original value comes back in ATOMIC_RESP.
+""")
+base(v, "CMP_SWAP", ACK_REQ | LAST, 1, B)
+seqmsg(v, 13, 12, 78, 2, 13, 0, 8)
+v.seg(u32(0x55667788) + u64(0x2008) + u64(0x0123456789ABCDEF) + u64(0xFEDCBA9876543210),
+      "CMP_SWAP: rkey 0x55667788, raddr 0x2008, compare 0x0123456789abcdef, swap 0xfedcba9876543210")
+v.f("rkey", "0x55667788")
+v.f("raddr", "0x2008")
+v.f("compare", "0x0123456789abcdef")
+v.f("swap", "0xfedcba9876543210")
+v.seal()
+
+v = new("atomic_resp", """
+ATOMIC_RESP: B -> A, answer to CMP_SWAP msn 13 of A's stream 6; orig is the value before.
+""")
+base(v, "ATOMIC_RESP", LAST, 1, A)
+seqmsg(v, 301, 301, 79, 6, 13, 0, 8)
+v.seg(u64(0x0123456789ABCDEF), "ATOMIC_RESP: orig 0x0123456789abcdef")
+v.f("orig", "0x0123456789abcdef")
+v.seal()
+
+# ---------------------------------------------------------------- valid: ACK
+v = new("ack", """
+ACK for path 2: every PSN before 42 received, nothing above; 3 CE marks so far; fair-share
+hint 100000 Mbit/s (100 Gbit/s); echoes tsval 1000000, held 2500 ns.
+""")
+base(v, "ACK", 0, 2, A)
+ack_body(v, 42, [], 3, 100000, 1000000, 2500)
+v.seal()
+
+v = new("ack_sack_multiword", """
+ACK with SACK bits in all four 64-bit words: bit i means PSN cum_psn + 1 + i was received.
+cum_psn 1000 is missing; received: 1001-1003 (bits 0-2), 1008 (bit 7), 1010 (bit 9),
+1064 (bit 63), 1065 (bit 64), 1128 (bit 127), 1129 (bit 128), 1201 (bit 200), 1256 (bit 255).
+Bit i is in byte i/8 of the bitmap at bit position i%8 (LSB first).
+""")
+base(v, "ACK", 0, 6, A)
+ack_body(v, 1000, [0, 1, 2, 7, 9, 63, 64, 127, 128, 200, 255], 0, 0, 0xDEADBEEF, 0)
+v.seal()
+
+v = new("ack_psn_wrap", """
+ACK whose window straddles the PSN wrap: cum_psn 4294967290 (2^32 - 6); bits 5 and 6 stand for
+PSNs 4294967296 mod 2^32 = 0 and 1. Counters at their maximum.
+""")
+base(v, "ACK", 0, 255, A)
+ack_body(v, 0xFFFFFFFA, [5, 6], 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
+v.seal()
+
+# ---------------------------------------------------------------- valid: NACK per reason
+v = new("nack_remote_access", """
+NACK RemoteAccess of PSN 41 on path 2 (stream and msn echoed from the refused packet).
+""")
+base(v, "NACK", 0, 2, A)
+nack_body(v, 41, 5, 9, "REMOTE_ACCESS", 0)
+v.seal()
+
+v = new("nack_invalid_request", """
+NACK InvalidRequest (e.g. unknown stream 99) of PSN 0 on path 0.
+""")
+base(v, "NACK", 0, 0, A)
+nack_body(v, 0, 99, 0, "INVALID_REQUEST", 0)
+v.seal()
+
+v = new("nack_rnr", """
+NACK ReceiverNotReady: no receive posted; retry after rnr_delay 25 x 10 us = 250 us.
+""")
+base(v, "NACK", 0, 3, A)
+nack_body(v, 77, 5, 10, "RNR", 25)
+v.seal()
+
+v = new("nack_sequence", """
+NACK Sequence: PSN 4000 is outside the receiver's window on path 1.
+""")
+base(v, "NACK", 0, 1, A)
+nack_body(v, 4000, 5, 11, "SEQUENCE", 0)
+v.seal()
+
+v = new("nack_late", """
+Late NACK: path 255 (never a path index) and psn 0; a READ accepted earlier (A's stream 6,
+msn 10) could not be executed because its region was deregistered meanwhile.
+""")
+base(v, "NACK", 0, 255, A)
+nack_body(v, 0, 6, 10, "REMOTE_ACCESS", 0)
+v.seal()
+
+v = new("nack_reserved_nonzero", """
+NACK with its reserved 16 bits set: receivers MUST ignore them; emit writes them as zero.
+""")
+base(v, "NACK", 0, 1, A)
+nack_body(v, 5, 6, 7, "RNR", 0, reserved=0xBEEF)
+v.seal()
+e = bytearray(v.body())
+e[22:24] = b"\0\0"
+e[-4:] = u32(zlib.crc32(bytes(e[:-4])) & 0xFFFFFFFF)
+v.emit = bytes(e)
+
+# ---------------------------------------------------------------- valid: connection
+v = new("open", """
+OPEN from A: dst_conn 0 (A does not know B's id yet), A's id, 8 paths, max payload 4096,
+line rate 400000 Mbit/s. Sent on path 0.
+""")
+base(v, "OPEN", 0, 0, 0)
+open_body(v, A, 8, 4096, 400000)
+v.seal()
+
+v = new("open_ack", """
+OPEN_ACK from B to A: dst_conn is A's id, src_conn is B's; B accepts 4 paths and 1024 bytes.
+""")
+base(v, "OPEN_ACK", 0, 0, A)
+open_body(v, B, 4, 1024, 100000)
+v.seal()
+
+v = new("open_reserved_nonzero", """
+OPEN with 255 paths, reserved byte 0x5a (ignored by receivers, written as zero by emit).
+""")
+base(v, "OPEN", 0, 0, 0)
+open_body(v, 1, 255, 65535, 0, reserved=0x5A)
+v.seal()
+e = bytearray(v.body())
+e[13] = 0
+e[-4:] = u32(zlib.crc32(bytes(e[:-4])) & 0xFFFFFFFF)
+v.emit = bytes(e)
+
+v = new("close", """
+CLOSE from A to B, reason 0 (normal).
+""")
+base(v, "CLOSE", 0, 0, B)
+close_body(v, A, 0)
+v.seal()
+
+v = new("close_ack", """
+CLOSE_ACK from B to A, reason echoed.
+""")
+base(v, "CLOSE_ACK", 0, 0, A)
+close_body(v, B, 0)
+v.seal()
+
+v = new("probe", """
+PROBE on path 4 (probe_seq 17, ts = sender clock in ns).
+""")
+base(v, "PROBE", 0, 4, B)
+probe_body(v, 17, 0x12345678)
+v.seal()
+
+v = new("probe_ack", """
+PROBE_ACK on path 4: echoes probe_seq and ts of the PROBE.
+""")
+base(v, "PROBE_ACK", 0, 4, A)
+probe_body(v, 17, 0x12345678)
+v.seal()
+
+v = new("flags_undefined", """
+Undefined flag bits (0xe0) are carried, not rejected: receivers ignore them, parse keeps the
+byte as is, emit writes it back unchanged.
+""")
+base(v, "PROBE", 0xE0 | ACK_REQ, 9, B)
+probe_body(v, 0, 0)
+v.seal()
+
+# ---------------------------------------------------------------- invalid
+def inv(name, comment, error):
+    v = new(name, comment)
+    v.error = error
+    return v
+
+
+v = inv("bad_crc", "SEND whose trailer does not match (lowest bit flipped).", "BAD_CRC")
+base(v, "SEND", LAST, 2, B, declare=False)
+seqmsg(v, 41, 38, 1000000, 5, 9, 0, 14, declare=False)
+v.seg(u32(3), "SEND: rsn 3")
+payload(v, b"hello, ferroce", declare=False)
+v.seal(corrupt=True)
+
+v = inv("bad_crc_payload_bit", "ACK with bit 3 of byte 20 (inside the SACK bitmap) flipped after sealing.", "BAD_CRC")
+base(v, "ACK", 0, 2, A, declare=False)
+ack_body(v, 42, [], 3, 100000, 1000000, 2500, declare=False)
+v.seal()
+b = bytearray(v.body())
+b[20] ^= 0x08
+v.segs = [(bytes(b[:-4]), "ACK headers with byte 20 flipped from 0x%02x to 0x%02x" % (b[20] ^ 0x08, b[20])),
+          (bytes(b[-4:]), "the original CRC-32 trailer")]
+
+v = inv("truncated_short", "11 bytes: shorter than base header + trailer (12).", "TRUNCATED")
+v.seg(bytes([1, 0x10, 0, 0, 0, 0, 0, 1, 0xAA, 0xBB, 0xCC]), "11 bytes")
+
+v = inv("truncated_empty", "An empty UDP payload.", "TRUNCATED")
+
+v = inv("truncated_headers", "A WRITE cut inside its opcode header: 44 bytes < 8 + 40 + 4 = 52.", "TRUNCATED")
+base(v, "WRITE", 0, 0, B, declare=False)
+seqmsg(v, 1, 0, 0, 3, 0, 0, 16, declare=False)
+v.seg(u32(0x00ABCDEF) + u32(0x7F00), "WRITE: rkey, first half of raddr; the rest is missing")
+v.seal()
+
+v = inv("truncated_ack", "ACK one byte short (63 of 64).", "TRUNCATED")
+base(v, "ACK", 0, 0, A, declare=False)
+v.seg(u32(1) + bytes(32) + u32(0) + u32(0) + u32(0) + b"\0\0\0", "ACK body missing its last byte")
+v.seal()
+
+v = inv("bad_version", "Version 2 (this spec is version 1); the CRC is correct.", "BAD_VERSION 2")
+v.seg(u8(2) + u8(0x30) + u8(0) + u8(0) + u32(B), "base: version 2, PROBE")
+probe_body(v, 1, 2, declare=False)
+v.seal()
+
+v = inv("bad_version_zero", "Version 0; checked before the opcode (0xff would be unknown too).", "BAD_VERSION 0")
+v.seg(u8(0) + u8(0xFF) + u8(0) + u8(0) + u32(B), "base: version 0, opcode 0xff")
+probe_body(v, 1, 2, declare=False)
+v.seal()
+
+v = inv("bad_opcode", "Opcode 0x0a is unassigned; the CRC is correct.", "BAD_OPCODE 0x0a")
+base(v, 0x0A, 0, 0, B, declare=False)
+v.seg(bytes(8), "8 bytes of something")
+v.seal()
+
+v = inv("bad_opcode_ff", "Opcode 0xff is unassigned.", "BAD_OPCODE 0xff")
+base(v, 0xFF, 0, 0, B, declare=False)
+v.seal()
+
+v = inv("ack_with_payload", """
+ACK followed by 4 extra bytes before the trailer (CRC correct): opcodes without a payload
+must have exactly their header length.
+""", "MALFORMED")
+base(v, "ACK", 0, 2, A, declare=False)
+ack_body(v, 42, [], 3, 100000, 1000000, 2500, declare=False)
+v.seg(b"junk", "4 bytes of payload on an ACK")
+v.seal()
+
+v = inv("read_req_with_payload", "READ_REQ with 1 trailing byte (CRC correct).", "MALFORMED")
+base(v, "READ_REQ", 0, 4, B, declare=False)
+seqmsg(v, 5, 0, 999, 2, 10, 0, 65536, declare=False)
+v.seg(u32(0x11223344) + u64(0x10000), "READ_REQ: rkey, raddr")
+v.seg(b"\x00", "1 extra byte")
+v.seal()
+
+v = inv("structure_before_crc", """
+PROBE with 1 trailing byte AND a wrong CRC: structure is checked before the CRC, so the
+error is MALFORMED, not BAD_CRC.
+""", "MALFORMED")
+base(v, "PROBE", 0, 4, B, declare=False)
+probe_body(v, 17, 0x12345678, declare=False)
+v.seg(b"\x00", "1 extra byte")
+v.seal(corrupt=True)
+
+v = inv("atomic_length_4", "FETCH_ADD with length 4 (atomics operate on exactly 8 bytes).", "MALFORMED")
+base(v, "FETCH_ADD", ACK_REQ | LAST, 0, B, declare=False)
+seqmsg(v, 12, 12, 77, 2, 12, 0, 4, declare=False)
+v.seg(u32(0x55667788) + u64(0x2000) + u64(1), "FETCH_ADD: rkey, raddr, add")
+v.seal()
+
+v = inv("atomic_offset", "CMP_SWAP with offset 8 (atomics must have offset 0).", "MALFORMED")
+base(v, "CMP_SWAP", 0, 1, B, declare=False)
+seqmsg(v, 13, 12, 78, 2, 13, 8, 8, declare=False)
+v.seg(u32(0x55667788) + u64(0x2008) + u64(0) + u64(1), "CMP_SWAP: rkey, raddr, compare, swap")
+v.seal()
+
+v = inv("atomic_resp_length_16", "ATOMIC_RESP with length 16.", "MALFORMED")
+base(v, "ATOMIC_RESP", 0, 1, A, declare=False)
+seqmsg(v, 301, 301, 79, 6, 13, 0, 16, declare=False)
+v.seg(u64(7), "ATOMIC_RESP: orig")
+v.seal()
+
+v = inv("read_req_offset", "READ_REQ with offset 4096 (must be 0).", "MALFORMED")
+base(v, "READ_REQ", 0, 4, B, declare=False)
+seqmsg(v, 5, 0, 999, 2, 10, 4096, 65536, declare=False)
+v.seg(u32(0x11223344) + u64(0x10000), "READ_REQ: rkey, raddr")
+v.seal()
+
+v = inv("payload_beyond_length", "WRITE with offset 32 + 16 payload bytes > length 40.", "MALFORMED")
+base(v, "WRITE", 0, 7, B, declare=False)
+seqmsg(v, 1001, 996, 5, 3, 77, 32, 40, declare=False)
+v.seg(u32(0x00ABCDEF) + u64(0x7F0000001020), "WRITE: rkey, raddr")
+v.seg(bytes(16), "16 bytes of payload")
+v.seal()
+
+v = inv("offset_overflow", """
+READ_RESP with offset 0xfffffff8 and 16 bytes: offset + payload exceeds 2^32 (and length);
+the sum must be computed without wrapping.
+""", "MALFORMED")
+base(v, "READ_RESP", 0, 5, A, declare=False)
+seqmsg(v, 302, 290, 1, 6, 10, 0xFFFFFFF8, 0xFFFFFFFF, declare=False)
+v.seg(bytes(16), "16 bytes of payload")
+v.seal()
+
+v = inv("empty_nonempty_message", "SEND_IMM without payload in a message of length 24.", "MALFORMED")
+base(v, "SEND_IMM", 0, 0, B, declare=False)
+seqmsg(v, 0, 0, 1, 1, 0, 24, 24, declare=False)
+v.seg(u32(0) + u32(0), "SEND_IMM: rsn, imm")
+v.seal()
+
+v = inv("nack_reason_0", "NACK with reason 0 (unassigned).", "MALFORMED")
+base(v, "NACK", 0, 2, A, declare=False)
+nack_body(v, 41, 5, 9, 0, 0, declare=False)
+v.seal()
+
+v = inv("nack_reason_5", "NACK with reason 5 (unassigned).", "MALFORMED")
+base(v, "NACK", 0, 2, A, declare=False)
+nack_body(v, 41, 5, 9, 5, 0, declare=False)
+v.seal()
+
+v = inv("open_zero_paths", "OPEN offering 0 paths.", "MALFORMED")
+base(v, "OPEN", 0, 0, 0, declare=False)
+open_body(v, A, 0, 4096, 400000, declare=False)
+v.seal()
+
+v = inv("open_ack_conn_zero", "OPEN_ACK with src_conn 0 (reserved).", "MALFORMED")
+base(v, "OPEN_ACK", 0, 0, A, declare=False)
+open_body(v, 0, 4, 1024, 100000, declare=False)
+v.seal()
+
+if __name__ == "__main__":
+    names = set()
+    for v in OUT:
+        assert v.name not in names, v.name
+        names.add(v.name)
+        v.write()
+    valid = sum(1 for v in OUT if v.error is None)
+    print("wrote %d vectors (%d valid, %d invalid) to %s" % (len(OUT), valid, len(OUT) - valid, HERE))
