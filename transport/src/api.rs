@@ -59,6 +59,8 @@ pub struct SendWr {
     /// Report a completion on success (errors are always reported).
     pub signaled: bool,
     pub solicited: bool,
+    /// Start only after every earlier READ and ATOMIC of the stream has completed.
+    pub fence: bool,
 }
 
 impl SendWr {

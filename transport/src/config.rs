@@ -49,11 +49,12 @@ pub struct ConnConfig {
     pub ack_every: u32,
     /// Longest a receiver holds an ACK (ns).
     pub ack_delay_ns: u64,
-    /// OPEN / CLOSE resend interval (ns), doubled after each try.
+    /// OPEN / CLOSE resend interval (ns), doubled after each try up to 8 times this.
     pub open_rto_ns: u64,
     /// OPEN / CLOSE tries before the connection fails.
     pub open_tries: u32,
-    /// Consecutive RTOs without progress on any path before the connection fails.
+    /// Consecutive RTOs, while no path is Good and nothing makes progress, before the
+    /// connection fails.
     pub retry_limit: u32,
     /// RNR NACKs tolerated per work request; 7 means retry forever (IBTA).
     pub rnr_retry: u8,
@@ -83,7 +84,7 @@ impl Default for ConnConfig {
             ack_every: 4,
             ack_delay_ns: 5_000,
             open_rto_ns: 1_000_000,
-            open_tries: 8,
+            open_tries: 16,
             retry_limit: 16,
             rnr_retry: 7,
             default_rnr_delay_ns: 100_000,

@@ -84,7 +84,9 @@ struct Resp {
 struct Stream {
     remote: u32,
     pd: u32,
-    error: bool,
+    /// MSN of the first failed work request: the stream is in the error state from there on
+    /// (later WRs are flushed, earlier ones still complete on their own ACK or NACK).
+    err_msn: Option<u32>,
     in_active: bool,
     // requester
     next_msn: u32,
@@ -103,6 +105,32 @@ struct Stream {
 }
 
 impl Stream {
+    fn in_error(&self) -> bool {
+        self.err_msn.is_some()
+    }
+
+    /// Work request `msn` failed with `st`.
+    fn fail_wr(&mut self, msn: u32, st: Status) {
+        if let Some(w) = self.wr_mut(msn) {
+            if w.status.is_none() {
+                w.status = Some(st);
+            }
+        }
+        let base = self.base_msn;
+        let rel = |m: u32| m.wrapping_sub(base);
+        self.err_msn = Some(match self.err_msn {
+            Some(e) if rel(e) <= rel(msn) => e,
+            _ => msn,
+        });
+    }
+
+    /// New chunks of `msn` may still be sent (it precedes any failure).
+    fn sendable(&self, msn: u32) -> bool {
+        let base = self.base_msn;
+        self.err_msn
+            .is_none_or(|e| msn.wrapping_sub(base) < e.wrapping_sub(base))
+    }
+
     fn wr_mut(&mut self, msn: u32) -> Option<&mut ReqWr> {
         let d = msn.wrapping_sub(self.base_msn) as usize;
         self.wrs.get_mut(d)
@@ -121,7 +149,8 @@ enum Ctrl {
     Close,
     CloseAck,
     Probe(u8),
-    ProbeAck(u8, ProbeRepr),
+    /// Answer to a probe on path .0, sent back with the probe's UDP source port .2.
+    ProbeAck(u8, ProbeRepr, u16),
 }
 
 /// One connection: the sans-IO state machine for a peer host.
@@ -175,6 +204,9 @@ pub(crate) fn splitmix64(mut x: u64) -> u64 {
 pub fn path_entropy(seed: u64, i: u8, g: u32) -> u16 {
     49152 + (splitmix64(seed ^ ((i as u64) << 32) ^ g as u64) % 16384) as u16
 }
+
+/// Path index of a NACK that names a request rather than a packet (paths are 0..=254).
+pub const NO_PATH: u8 = 255;
 
 fn nack_index(r: NackReason) -> usize {
     r as usize
@@ -371,7 +403,7 @@ impl Connection {
             Stream {
                 remote,
                 pd,
-                error: false,
+                err_msn: None,
                 in_active: false,
                 next_msn: 0,
                 next_rsn: 0,
@@ -410,7 +442,7 @@ impl Connection {
             .streams
             .get_mut(&local)
             .ok_or(PostError::UnknownStream)?;
-        if s.error {
+        if s.in_error() {
             return Err(PostError::StreamInError);
         }
         let len = wr.len();
@@ -462,7 +494,7 @@ impl Connection {
             .streams
             .get_mut(&local)
             .ok_or(PostError::UnknownStream)?;
-        if s.error {
+        if s.in_error() {
             return Err(PostError::StreamInError);
         }
         s.posted.push_back(wr);
@@ -484,17 +516,19 @@ impl Connection {
         &mut self,
         now: u64,
         pkt: &Packet<'_>,
+        src_port: u16,
         ce: bool,
         mem: &mut dyn Memory,
     ) {
         match &pkt.body {
-            Body::Data(d) => self.on_data(now, pkt.path, pkt.flags, d, ce, mem),
+            Body::Data(d) => self.on_data(now, pkt.path, pkt.flags, d, src_port, ce, mem),
             Body::Ack(a) => self.on_ack(now, pkt.path, a),
             Body::Nack(n) => self.on_nack(now, pkt.path, n),
             Body::OpenAck(o) => {
                 if self.state == ConnState::Opening {
                     self.establish(o);
                     self.ctrl_at = None;
+                    self.ctrl_tries = 0; // CLOSE gets its own tries
                     self.ctrl_queue.retain(|c| !matches!(c, Ctrl::Open));
                     self.events.push_back(Event::Connected {
                         conn: self.id,
@@ -520,27 +554,37 @@ impl Connection {
             }
             Body::Probe(p) => {
                 if (pkt.path as usize) < self.paths.len() {
-                    self.ctrl_queue.push_back(Ctrl::ProbeAck(pkt.path, *p));
+                    self.ctrl_queue
+                        .push_back(Ctrl::ProbeAck(pkt.path, *p, src_port));
                 }
             }
             Body::ProbeAck(p) => self.on_probe_ack(pkt.path, p),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_data(
         &mut self,
         now: u64,
         path: u8,
         fl: u8,
         d: &DataRepr<'_>,
+        src_port: u16,
         ce: bool,
         mem: &mut dyn Memory,
     ) {
         let p = path as usize;
-        if p >= self.rx_paths.len() || !matches!(self.state, ConnState::Open | ConnState::Closing) {
-            self.counters.rx_out_of_window += 1;
+        if !matches!(self.state, ConnState::Open | ConnState::Closing) {
+            self.counters.rx_not_open += 1;
             return;
         }
+        if p >= self.rx_paths.len() {
+            self.counters.rx_bad_path += 1;
+            return;
+        }
+        // Entropy reflection: answers on this path take the sender's current source port, so
+        // when the sender re-routes a path, its ACKs are re-routed with it.
+        self.rx_paths[p].reply_port = src_port;
         self.counters.rx_pkts += 1;
         if ce {
             self.rx_paths[p].ce_count = self.rx_paths[p].ce_count.wrapping_add(1);
@@ -549,7 +593,12 @@ impl Connection {
         if fl & flags::BACKLOG != 0 {
             self.backlog_seen = true;
         }
-        self.rx_paths[p].apply_floor(d.seq.floor);
+        // A sender's floor is never above its PSN nor more than the SACK span below it; a
+        // floor that breaks this is ignored rather than allowed to jump the window.
+        let below = crate::wire::psn_diff(d.seq.psn, d.seq.floor);
+        if (0..=crate::path::SACK_SPAN as i32).contains(&below) {
+            self.rx_paths[p].apply_floor(d.seq.floor);
+        }
         match self.rx_paths[p].classify(d.seq.psn) {
             RxVerdict::OutOfWindow => {
                 self.counters.rx_out_of_window += 1;
@@ -628,10 +677,10 @@ impl Connection {
                 if let Some(w) = s.wr_mut(m.msn) {
                     if w.status.is_none() && matches!(w.wr.op, SendOp::Read { .. }) {
                         let ci = m.offset / mtu;
-                        if m.offset % mtu == 0 && m.length == w.len && !w.resp_got.get(ci) {
+                        if m.offset.is_multiple_of(mtu) && m.length == w.len && !w.resp_got.get(ci)
+                        {
                             if sgl_write(mem, &w.wr.sgl, m.offset as u64, d.payload).is_err() {
-                                w.status = Some(Status::LocalProtection);
-                                s.error = true;
+                                s.fail_wr(m.msn, Status::LocalProtection);
                             } else {
                                 w.resp_got.set(ci);
                             }
@@ -648,8 +697,7 @@ impl Connection {
                         && !w.resp_got.get(0)
                     {
                         if sgl_write(mem, &w.wr.sgl, 0, &orig.to_ne_bytes()).is_err() {
-                            w.status = Some(Status::LocalProtection);
-                            s.error = true;
+                            s.fail_wr(m.msn, Status::LocalProtection);
                         } else {
                             w.resp_got.set(0);
                         }
@@ -668,7 +716,7 @@ impl Connection {
         if rel as u32 >= window {
             return Verdict::Refuse(NackReason::Sequence, 0);
         }
-        if m.offset % mtu != 0 {
+        if !m.offset.is_multiple_of(mtu) {
             return Verdict::Refuse(NackReason::InvalidRequest, 0);
         }
         let ci = m.offset / mtu;
@@ -716,7 +764,15 @@ impl Connection {
                 } else {
                     RxKind::Write
                 };
-                if mem.write_remote(pd, rkey, raddr, d.payload).is_err() {
+                // Check the whole message, not only this packet's bytes: a WRITE that runs
+                // past its region is refused at whichever packet arrives first, so no part
+                // of it is ever placed.
+                let start = raddr.checked_sub(m.offset as u64);
+                let whole_ok = start.is_some_and(|st| {
+                    mem.check_remote(pd, rkey, st, m.length as u64, access::REMOTE_WRITE)
+                        .is_ok()
+                });
+                if !whole_ok || mem.write_remote(pd, rkey, raddr, d.payload).is_err() {
                     self.counters.remote_access_refused += 1;
                     return Verdict::Refuse(NackReason::RemoteAccess, 0);
                 }
@@ -786,7 +842,7 @@ impl Connection {
     }
 
     fn check_atomic(mem: &mut dyn Memory, pd: u32, rkey: u32, raddr: u64) -> Result<(), Verdict> {
-        if raddr % 8 != 0 {
+        if !raddr.is_multiple_of(8) {
             return Err(Verdict::Refuse(NackReason::InvalidRequest, 0));
         }
         mem.check_remote(pd, rkey, raddr, 8, access::REMOTE_ATOMIC)
@@ -878,7 +934,7 @@ impl Connection {
                         Err(_) => {
                             self.counters.remote_access_refused += 1;
                             self.nack_queue.push_back((
-                                0,
+                                NO_PATH,
                                 NackRepr {
                                     psn: 0,
                                     stream: s.remote,
@@ -897,6 +953,7 @@ impl Connection {
     fn on_ack(&mut self, now: u64, path: u8, a: &AckRepr) {
         let p = path as usize;
         if p >= self.paths.len() {
+            self.counters.rx_bad_path += 1;
             return;
         }
         self.counters.acks_received += 1;
@@ -976,41 +1033,44 @@ impl Connection {
 
     fn on_nack(&mut self, now: u64, path: u8, n: &NackRepr) {
         self.counters.nacks_received[nack_index(n.reason)] += 1;
-        // Only forget the PSN if it really carried the request the NACK names.
-        let matches = |c: &ChunkRef| match *c {
-            ChunkRef::Req { stream, msn, .. } => stream == n.stream && msn == n.msn,
-            ChunkRef::Resp { msn, .. } => msn == n.msn,
+        // A NACK on path NO_PATH is about a request, not a packet (a deferred failure): it is
+        // found by (stream, msn). Otherwise the PSN names the refused packet, and it must have
+        // carried the MSN the NACK names.
+        let chunk = if path == NO_PATH {
+            None
+        } else {
+            self.paths.get_mut(path as usize).and_then(|p| {
+                let msn_ok = p.peek(n.psn).is_some_and(|c| match c {
+                    ChunkRef::Req { msn, .. } | ChunkRef::Resp { msn, .. } => msn == n.msn,
+                });
+                if msn_ok {
+                    p.forget(n.psn)
+                } else {
+                    None
+                }
+            })
         };
-        let chunk = self.paths.get_mut(path as usize).and_then(|p| {
-            if p.peek(n.psn).is_some_and(|c| matches(&c)) {
-                p.forget(n.psn)
-            } else {
-                None
-            }
-        });
-        // Requests are found by their PSN; a NACK about a response-less request (psn 0 from
-        // a deferred atomic) falls back to (stream, msn).
         let (stream, msn, chunk) = match chunk {
             Some(ChunkRef::Req { stream, msn, chunk }) => {
                 (stream, msn, Some(ChunkRef::Req { stream, msn, chunk }))
             }
-            Some(c @ ChunkRef::Resp { .. }) => {
+            Some(ChunkRef::Resp { stream, msn, .. }) => {
                 // Our response was refused (the requester's stream vanished): stop resending.
-                if let ChunkRef::Resp { stream, msn, .. } = c {
-                    if let Some(s) = self.streams.get_mut(&stream) {
-                        s.responses.remove(&msn);
-                    }
+                if let Some(s) = self.streams.get_mut(&stream) {
+                    s.responses.remove(&msn);
                 }
                 return;
             }
             None => {
-                if matches!(
-                    n.reason,
-                    NackReason::RemoteAccess | NackReason::InvalidRequest
-                ) {
+                if path == NO_PATH
+                    && matches!(
+                        n.reason,
+                        NackReason::RemoteAccess | NackReason::InvalidRequest
+                    )
+                {
                     (n.stream, n.msn, None)
                 } else {
-                    return; // stale RNR / sequence NACK for a packet already dealt with
+                    return; // stale NACK for a packet already dealt with
                 }
             }
         };
@@ -1022,12 +1082,7 @@ impl Connection {
                     Status::RemoteInvalidRequest
                 };
                 if let Some(s) = self.streams.get_mut(&stream) {
-                    if let Some(w) = s.wr_mut(msn) {
-                        if w.status.is_none() {
-                            w.status = Some(st);
-                        }
-                    }
-                    s.error = true;
+                    s.fail_wr(msn, st);
                 }
                 self.complete_requests(stream);
             }
@@ -1039,10 +1094,11 @@ impl Connection {
                     if let Some(w) = s.wr_mut(msn) {
                         w.rnr_count = w.rnr_count.saturating_add(1);
                         if limit != 7 && w.rnr_count > limit {
-                            w.status = Some(Status::RnrRetryExceeded);
-                            s.error = true;
                             fail = true;
                         }
+                    }
+                    if fail {
+                        s.fail_wr(msn, Status::RnrRetryExceeded);
                     }
                 }
                 if fail {
@@ -1064,9 +1120,12 @@ impl Connection {
         }
     }
 
-    fn on_probe_ack(&mut self, path: u8, _p: &ProbeRepr) {
+    fn on_probe_ack(&mut self, path: u8, pr: &ProbeRepr) {
         if let Some(tp) = self.paths.get_mut(path as usize) {
-            if tp.state != PathState::Good {
+            // Only the latest probe vouches for the current route: an older one may have
+            // travelled on a port the path has since left.
+            if tp.state != PathState::Good && pr.probe_seq == tp.probe_seq {
+                self.no_progress_rtos = 0;
                 tp.state = PathState::Good;
                 tp.probe_at = None;
                 tp.rto_count = 0;
@@ -1084,9 +1143,10 @@ impl Connection {
         let Some(s) = self.streams.get_mut(&local) else {
             return;
         };
-        if s.error {
-            for w in s.wrs.iter_mut() {
-                if w.status.is_none() && !w.done() {
+        if let Some(e) = s.err_msn {
+            let first = e.wrapping_sub(s.base_msn) as usize;
+            for w in s.wrs.iter_mut().skip(first + 1) {
+                if !w.done() {
                     w.status = Some(Status::Flushed);
                 }
             }
@@ -1125,7 +1185,12 @@ impl Connection {
                 });
             }
         }
-        if s.error {
+        // Completions may have lifted a window or fence block: make the stream active again.
+        if !s.in_active && s.cursor_msn != s.next_msn && s.sendable(s.cursor_msn) {
+            s.in_active = true;
+            self.active.push_back(local);
+        }
+        if s.in_error() {
             // RC semantics: the error state flushes the receive queue too.
             while let Some(r) = s.posted.pop_front() {
                 self.completions.push_back(Completion {
@@ -1143,7 +1208,12 @@ impl Connection {
 
     fn flush_stream(&mut self, local: u32) {
         if let Some(s) = self.streams.get_mut(&local) {
-            s.error = true;
+            for w in s.wrs.iter_mut() {
+                if !w.done() {
+                    w.status = Some(Status::Flushed);
+                }
+            }
+            s.err_msn = Some(s.base_msn);
         }
         self.complete_requests(local);
     }
@@ -1153,10 +1223,23 @@ impl Connection {
         let ids: Vec<u32> = self.streams.keys().copied().collect();
         for id in ids {
             if let Some(s) = self.streams.get_mut(&id) {
-                if let Some(w) = s.wrs.iter_mut().find(|w| !w.done()) {
-                    w.status = Some(first);
+                let base = s.base_msn;
+                let msn = s
+                    .wrs
+                    .iter()
+                    .position(|w| !w.done())
+                    .map(|i| base.wrapping_add(i as u32));
+                if let Some(m) = msn {
+                    s.fail_wr(m, first);
                 }
-                s.error = true;
+                for w in s.wrs.iter_mut() {
+                    if !w.done() {
+                        w.status = Some(Status::Flushed);
+                    }
+                }
+                if s.err_msn.is_none() {
+                    s.err_msn = Some(base);
+                }
             }
             self.complete_requests(id);
         }
@@ -1210,7 +1293,12 @@ impl Connection {
                     for c in lost {
                         self.retx.push_back((c, i as u8));
                     }
-                    self.no_progress_rtos += 1;
+                    // The connection is stuck only while no path is Good: a dying path whose
+                    // siblings still work (or are being re-routed to working routes) is the
+                    // path layer's business, not a reason to give up.
+                    if !self.paths.iter().any(|p| p.state == PathState::Good) {
+                        self.no_progress_rtos += 1;
+                    }
                     if self.no_progress_rtos >= self.cfg.retry_limit {
                         self.fail_connection();
                         return;
@@ -1314,11 +1402,13 @@ impl Connection {
                 dst_conn: self.peer_conn,
                 body: Body::Nack(n),
             };
+            // Reflect the refused packet's source port, like an ACK.
             let port = self
-                .paths
+                .rx_paths
                 .get(path as usize)
-                .map(|p| p.entropy)
-                .unwrap_or(49152);
+                .map(|r| r.reply_port)
+                .filter(|p| *p != 0)
+                .unwrap_or_else(|| path_entropy(self.seed, 0, 0));
             return pkt.emit(buf).ok().map(|l| (l, port));
         }
         if self.state == ConnState::Closing && self.outstanding() == 0 && self.ctrl_at.is_none() {
@@ -1341,7 +1431,7 @@ impl Connection {
                     self.fail_connection();
                     return None;
                 }
-                self.ctrl_at = Some(now + (self.cfg.open_rto_ns << (self.ctrl_tries - 1).min(16)));
+                self.ctrl_at = Some(now + (self.cfg.open_rto_ns << (self.ctrl_tries - 1).min(3)));
                 if matches!(c, Ctrl::Open) {
                     (Body::Open(self.open_repr()), 0, port0, 0)
                 } else {
@@ -1380,16 +1470,13 @@ impl Connection {
                     self.peer_conn,
                 )
             }
-            Ctrl::ProbeAck(i, pr) => (
+            Ctrl::ProbeAck(i, pr, reply_port) => (
                 Body::ProbeAck(ProbeRepr {
                     probe_seq: pr.probe_seq,
                     ts: pr.ts,
                 }),
                 i,
-                self.paths
-                    .get(i as usize)
-                    .map(|p| p.entropy)
-                    .unwrap_or(port0),
+                reply_port,
                 self.peer_conn,
             ),
         };
@@ -1426,7 +1513,10 @@ impl Connection {
             dst_conn: self.peer_conn,
             body: Body::Ack(a),
         };
-        let port = self.paths[p as usize].entropy;
+        let port = match self.rx_paths[p as usize].reply_port {
+            0 => self.paths[p as usize].entropy,
+            r => r,
+        };
         pkt.emit(buf).ok().map(|l| (l, port))
     }
 
@@ -1492,19 +1582,40 @@ impl Connection {
     }
 
     /// Next new request chunk from the active streams (round robin by packet).
+    /// WR at index `d` may not start yet: it is beyond the receiver's stream window, or it
+    /// is fenced behind an unfinished READ or ATOMIC (verbs `IBV_SEND_FENCE`).
+    fn blocked(s: &Stream, d: usize, window: u32) -> bool {
+        if d as u32 >= window {
+            return true;
+        }
+        let fenced = s.wrs.get(d).is_some_and(|w| w.wr.fence);
+        fenced
+            && s.wrs.iter().take(d).any(|x| {
+                !x.done()
+                    && matches!(
+                        x.wr.op,
+                        SendOp::Read { .. } | SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. }
+                    )
+            })
+    }
+
     fn next_new_chunk(&mut self) -> Option<ChunkRef> {
+        let window = self.cfg.stream_window;
         while let Some(id) = self.active.pop_front() {
             let Some(s) = self.streams.get_mut(&id) else {
                 continue;
             };
             let mut found = None;
-            while s.cursor_msn != s.next_msn && !s.error {
+            while s.cursor_msn != s.next_msn && s.sendable(s.cursor_msn) {
                 let d = s.cursor_msn.wrapping_sub(s.base_msn) as usize;
                 let Some(w) = s.wrs.get(d) else { break };
                 if w.status.is_some() || s.cursor_chunk >= w.chunks {
                     s.cursor_msn = s.cursor_msn.wrapping_add(1);
                     s.cursor_chunk = 0;
                     continue;
+                }
+                if s.cursor_chunk == 0 && Self::blocked(s, d, window) {
+                    break; // re-activated by complete_requests when the block clears
                 }
                 found = Some(ChunkRef::Req {
                     stream: id,
@@ -1514,7 +1625,10 @@ impl Connection {
                 s.cursor_chunk += 1;
                 break;
             }
-            let more = s.cursor_msn != s.next_msn && !s.error;
+            let d = s.cursor_msn.wrapping_sub(s.base_msn) as usize;
+            let more = s.cursor_msn != s.next_msn
+                && s.sendable(s.cursor_msn)
+                && !(s.cursor_chunk == 0 && Self::blocked(s, d, window));
             if more {
                 self.active.push_back(id);
             } else {
@@ -1537,9 +1651,8 @@ impl Connection {
         if inflight > 0 && inflight as f64 + self.mtu as f64 > self.conn_window() {
             return None;
         }
-        if self.pick_path(self.mtu, u8::MAX).is_none() {
-            return None;
-        }
+        // Nothing goes out unless some path has room for a full packet.
+        self.pick_path(self.mtu, u8::MAX)?;
         loop {
             let (chunk, avoid, retx) = if let Some((c, a)) = self.retx.pop_front() {
                 if !self.chunk_needed(&c) {
@@ -1741,10 +1854,7 @@ impl Connection {
         match chunk {
             ChunkRef::Req { msn, .. } => {
                 if let Some(s) = self.streams.get_mut(&stream) {
-                    if let Some(w) = s.wr_mut(msn) {
-                        w.status = Some(Status::LocalProtection);
-                    }
-                    s.error = true;
+                    s.fail_wr(msn, Status::LocalProtection);
                 }
                 self.complete_requests(stream);
             }
@@ -1755,7 +1865,7 @@ impl Connection {
                     let remote = s.remote;
                     self.counters.remote_access_refused += 1;
                     self.nack_queue.push_back((
-                        0,
+                        NO_PATH,
                         NackRepr {
                             psn: 0,
                             stream: remote,

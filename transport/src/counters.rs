@@ -28,6 +28,10 @@ pub struct ConnCounters {
     pub rx_pkts: u64,
     pub rx_payload_bytes: u64,
     pub rx_duplicates: u64,
+    /// Reliable packets that arrived before the connection was open (or after it closed).
+    pub rx_not_open: u64,
+    /// Packets naming a path the connection does not have.
+    pub rx_bad_path: u64,
     pub rx_out_of_window: u64,
     pub acks_sent: u64,
     pub acks_received: u64,

@@ -122,12 +122,14 @@ impl Endpoint {
         Ok(())
     }
 
-    /// A UDP datagram for the native port arrived from `src`. `ce`: its IP ECN field was CE.
+    /// A UDP datagram for the native port arrived from `src`, UDP source port `src_port`
+    /// (answers on that path reflect it). `ce`: its IP ECN field was CE.
     /// Bad input is counted and dropped; nothing here panics on any bytes.
     pub fn handle_datagram(
         &mut self,
         now: u64,
         src: Ipv4Addr,
+        src_port: u16,
         ce: bool,
         data: &[u8],
         mem: &mut dyn Memory,
@@ -167,7 +169,7 @@ impl Endpoint {
             self.counters.drop_unknown_conn += 1;
             return;
         }
-        conn.handle_packet(now, &pkt, ce, mem);
+        conn.handle_packet(now, &pkt, src_port, ce, mem);
         self.completions.extend(conn.completions.drain(..));
         self.events.extend(conn.events.drain(..));
     }

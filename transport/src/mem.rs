@@ -213,7 +213,7 @@ impl Memory for Regions {
         addr: u64,
         op: AtomicOp,
     ) -> Result<u64, MemError> {
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
         let (s, e) = self.check(Some(pd), rkey, addr, 8, access::REMOTE_ATOMIC)?;

@@ -67,7 +67,7 @@ pub struct TxPath {
     /// DCTCP state: marked-fraction average and the current observation window.
     alpha: f64,
     win_end_psn: u32,
-    win_bytes: u64,
+    win_pkts: u64,
     win_marked: u64,
     last_ce: u32,
     last_decrease_psn: u32,
@@ -111,7 +111,7 @@ impl TxPath {
             rto_count: 0,
             alpha: 0.0,
             win_end_psn: 0,
-            win_bytes: 0,
+            win_pkts: 0,
             win_marked: 0,
             last_ce: 0,
             last_decrease_psn: 0,
@@ -288,7 +288,7 @@ impl TxPath {
                 e.fate = Fate::Acked;
                 self.inflight_bytes -= e.bytes as u64;
                 self.counters.acked_pkts += 1;
-                self.win_bytes += e.bytes as u64;
+                self.win_pkts += 1;
                 out.acked.push(e.chunk);
             }
             // A packet declared lost arrived after all (reordering): credit the chunk once more;
@@ -324,18 +324,19 @@ impl TxPath {
         self.last_ce = ecn_ce;
         if new_marks > 0 && new_marks < 1 << 30 {
             self.counters.ecn_echoed += new_marks as u64;
-            self.win_marked += new_marks as u64 * self.mtu as u64;
+            self.win_marked += new_marks as u64;
         }
         let acked_bytes: u64 = out.acked.len() as u64 * self.mtu as u64;
         if !psn_lt(cum, self.win_end_psn) {
             // One window of data has been acknowledged: update alpha.
-            let f = if self.win_bytes > 0 {
-                (self.win_marked as f64 / self.win_bytes as f64).min(1.0)
+            // F: fraction of this window's packets that were marked (the ACK counts packets).
+            let f = if self.win_pkts > 0 {
+                (self.win_marked as f64 / self.win_pkts as f64).min(1.0)
             } else {
                 0.0
             };
             self.alpha = (1.0 - cfg.dctcp_g) * self.alpha + cfg.dctcp_g * f;
-            self.win_bytes = 0;
+            self.win_pkts = 0;
             self.win_marked = 0;
             self.win_end_psn = self.next_psn;
         }
@@ -412,6 +413,8 @@ pub struct RxPath {
     pub ts_echo: u32,
     pub ts_arrival: u64,
     pub ack_now: bool,
+    /// UDP source port of the latest packet on this path: ACKs and NACKs go back with it.
+    pub reply_port: u16,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,6 +29,8 @@ pub const SEQ_LEN: usize = 12;
 pub const MSG_LEN: usize = 16;
 /// Trailing CRC-32.
 pub const TRAILER_LEN: usize = 4;
+/// Smallest payload size a connection may agree on.
+pub const MIN_MTU: u16 = 64;
 
 /// Packet flags (byte 2 of the base header).
 pub mod flags {
@@ -567,6 +569,9 @@ impl<'a> Packet<'a> {
                     }
                     if o.src_conn == 0 {
                         return Err(WireError::Malformed("connection id 0 is reserved"));
+                    }
+                    if o.mtu < MIN_MTU {
+                        return Err(WireError::Malformed("mtu below 64"));
                     }
                     if op == Opcode::Open {
                         Body::Open(o)
