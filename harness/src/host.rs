@@ -81,6 +81,9 @@ pub struct NodeHost {
     pub role: Role,
     /// Every verification failure, with what was expected.
     pub errors: Vec<String>,
+    /// Completions and events of a host without a scripted role (tests drive it by hand).
+    pub completions: Vec<Completion>,
+    pub events: Vec<Event>,
     buf: Vec<u8>,
 }
 
@@ -100,6 +103,8 @@ impl NodeHost {
             ip: Ipv4Addr::from(ip),
             role: Role::Idle,
             errors: Vec::new(),
+            completions: Vec::new(),
+            events: Vec::new(),
             buf: vec![0; 65_536 + 256],
         }
     }
@@ -124,7 +129,7 @@ impl NodeHost {
         let write_rkey = self.mem.register(
             SERVER_PD,
             layout.write_base,
-            (n * WRITE_SLOTS as u64 * ms) as usize,
+            (n * spec.write_slots() as u64 * ms) as usize,
             WRITE_ACCESS,
         );
         let read_len = (ms * 4).max(1 << 16);
@@ -226,15 +231,16 @@ impl NodeHost {
             return vec!["write region missing".into()];
         };
         for s in 0..spec.streams {
+            let slots = spec.write_slots();
             let mut last: HashMap<u32, (u32, u32)> = HashMap::new();
             for i in 0..spec.messages {
                 let (op, size) = spec.op_at(s, i);
                 if matches!(op, OpKind::Write | OpKind::WriteImm) {
-                    last.insert(i % WRITE_SLOTS, (i, size));
+                    last.insert(i % slots, (i, size));
                 }
             }
             for (slot, (i, size)) in last {
-                let off = ((s * WRITE_SLOTS + slot) as u64 * srv.keys.layout.slot) as usize;
+                let off = ((s * slots + slot) as u64 * srv.keys.layout.slot) as usize;
                 let bytes = &region.data[off..off + size as usize];
                 if let Some(j) = check_pattern(bytes, s, i) {
                     errs.push(format!(
@@ -256,6 +262,7 @@ impl NodeHost {
     }
 
     fn on_event(&mut self, now: u64, ev: Event) {
+        self.events.push(ev);
         match (&mut self.role, ev) {
             (Role::Client(cl), Event::Connected { conn, .. }) => {
                 for s in 0..cl.spec.streams {
@@ -280,10 +287,8 @@ impl NodeHost {
                     }
                 }
             }
-            (Role::Client(cl), Event::Failed { .. }) => {
-                if cl.finished_at.is_none() {
-                    self.errors.push(format!("connection failed at {now} ns"));
-                }
+            (Role::Client(cl), Event::Failed { .. }) if cl.finished_at.is_none() => {
+                self.errors.push(format!("connection failed at {now} ns"));
             }
             _ => {}
         }
@@ -346,7 +351,8 @@ impl NodeHost {
                 fill_pattern(&mut r.data[off..off + size as usize], s, i);
             }
         }
-        let write_addr = lay.write_base + ((s * WRITE_SLOTS + i % WRITE_SLOTS) as u64) * lay.slot;
+        let slots = cl.spec.write_slots();
+        let write_addr = lay.write_base + ((s * slots + i % slots) as u64) * lay.slot;
         let read_addr =
             lay.read_base + ((s as u64 * 4099 + i as u64 * 64) % (cl.keys.read_len - ms));
         let atomic_addr = lay.atomic_base + s as u64 * 8;
@@ -435,6 +441,7 @@ impl NodeHost {
             .collect(),
             signaled: true,
             solicited: false,
+            fence: false,
         };
         if let Err(e) = ep.post_send(conn, s + 1, wr) {
             errors.push(format!("post_send stream {s} wr {i}: {e}"));
@@ -536,7 +543,9 @@ impl NodeHost {
                 let (key, addr) = if op == OpKind::WriteImm {
                     (
                         sv.keys.write_rkey,
-                        lay.write_base + ((s * WRITE_SLOTS + i % WRITE_SLOTS) as u64) * lay.slot,
+                        lay.write_base
+                            + ((s * sv.spec.write_slots() + i % sv.spec.write_slots()) as u64)
+                                * lay.slot,
                     )
                 } else {
                     (
@@ -555,7 +564,7 @@ impl NodeHost {
                 let conn = c.conn;
                 Self::post_recv(&mut self.ep, sv, conn, s, &mut self.errors);
             }
-            Role::Idle => {}
+            Role::Idle => self.completions.push(c),
         }
     }
 }
@@ -566,8 +575,14 @@ impl Host for NodeHost {
             return;
         }
         let ce = d.ecn == Ecn::Ce;
-        self.ep
-            .handle_datagram(now, Ipv4Addr::from(d.src_ip), ce, &d.payload, &mut self.mem);
+        self.ep.handle_datagram(
+            now,
+            Ipv4Addr::from(d.src_ip),
+            d.src_port,
+            ce,
+            &d.payload,
+            &mut self.mem,
+        );
         self.pump(now);
     }
 

@@ -88,14 +88,14 @@ impl TwoHostRun {
         });
         let server = HostId(sim.num_hosts() as u32 - 1);
         match self.placement {
-            LossPlacement::Everywhere => sim.set_all_link_faults(self.faults.clone()),
+            LossPlacement::Everywhere => sim.set_all_link_faults(self.faults),
             LossPlacement::HostUplinks => {
                 for h in [CLIENT, server] {
                     for l in sim.host_links(h) {
                         let dir = sim
                             .link_dir_from(l, ferroce_sim::Node::Host(h))
                             .unwrap_or(Dir::AtoB);
-                        sim.set_link_faults(l, dir, self.faults.clone());
+                        sim.set_link_faults(l, dir, self.faults);
                     }
                 }
             }

@@ -69,8 +69,10 @@ impl Default for WorkloadSpec {
     }
 }
 
-/// Write slots per stream at the server (the final content of each is verified).
-pub const WRITE_SLOTS: u32 = 64;
+/// Largest server write area: up to this, every WRITE gets a slot of its own, so the
+/// end-of-run check verifies every byte written; beyond it slots are reused (and only the
+/// last write to each is checked at the end).
+pub const MAX_WRITE_AREA: u64 = 256 << 20;
 
 impl WorkloadSpec {
     /// Bulk one-way data: large WRITEs, for goodput runs.
@@ -84,6 +86,13 @@ impl WorkloadSpec {
             recv_depth: 16,
             seed: 1,
         }
+    }
+
+    /// Write slots per stream at the server.
+    pub fn write_slots(&self) -> u32 {
+        let per_msg = self.max_size() as u64 * self.streams.max(1) as u64;
+        let fit = (MAX_WRITE_AREA / per_msg.max(1)).max(64) as u32;
+        self.messages.clamp(1, fit)
     }
 
     pub fn max_size(&self) -> u32 {

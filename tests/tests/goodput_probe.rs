@@ -10,7 +10,18 @@ fn probe_goodput() {
             ..TwoHostRun::default()
         };
         let r = run.run();
-        eprintln!("loss {loss}: {:.2} Gb/s elapsed {} us errors {} retx {} holes {} rtos {} events {}", r.goodput_gbps, r.elapsed_ns/1000, r.errors.len(), r.client.retx_pkts, r.client.sack_holes, r.client.rtos, r.events);
-        for p in &r.paths { eprintln!("   {:?}", p); }
+        eprintln!(
+            "loss {loss}: {:.2} Gb/s elapsed {} us errors {} retx {} holes {} rtos {} events {}",
+            r.goodput_gbps,
+            r.elapsed_ns / 1000,
+            r.errors.len(),
+            r.client.retx_pkts,
+            r.client.sack_holes,
+            r.client.rtos,
+            r.events
+        );
+        for p in &r.paths {
+            eprintln!("   {:?}", p);
+        }
     }
 }
