@@ -1,0 +1,427 @@
+//! Command-line arguments (clap derive) and their translation into harness runs.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ferroce_harness::{Fabric, TwoHostRun, WorkloadSpec};
+use ferroce_sim::{FaultConfig, GilbertElliott};
+use std::path::PathBuf;
+
+/// ferroce: an open RDMA-style multipath transport, run here on a deterministic simulated fabric.
+#[derive(Parser, Debug)]
+#[command(name = "ferroce", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Two hosts move 64 MiB of verified WRITEs over a leaf-spine fabric, lossless and lossy,
+    /// then a short mixed-operation run at the same loss.
+    Demo(DemoArgs),
+    /// One configurable two-host run on the simulated fabric.
+    Sim(SimArgs),
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct DemoArgs {
+    /// Random packet loss on each host uplink, in percent (0-100).
+    #[arg(long, default_value_t = 1.0, value_name = "PCT", value_parser = parse_percent)]
+    pub loss: f64,
+    /// Seed of every random choice (faults, connection ids, path entropy).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Paths per connection the endpoints ask for (1-255).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..))]
+    pub paths: u8,
+    /// Print the figures as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FabricArg {
+    /// One cable between the two hosts.
+    BackToBack,
+    /// Two leaves, one host each, joined by `--spines` spines (ECMP over the spines).
+    LeafSpine,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadArg {
+    /// Large one-way WRITEs (goodput).
+    Bulk,
+    /// SEND, SEND_IMM, WRITE, WRITE_IMM, READ, FETCH_ADD and CMP_SWAP, sizes 1 B to 64 KiB.
+    Mixed,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct SimArgs {
+    /// Fabric shape.
+    #[arg(long, value_enum, default_value_t = FabricArg::LeafSpine)]
+    pub fabric: FabricArg,
+    /// Spines of the leaf-spine fabric.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub spines: u16,
+    /// Paths per connection the endpoints ask for (1-255).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..))]
+    pub paths: u8,
+    /// Largest payload per packet, bytes.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u16).range(256..=9000))]
+    pub mtu: u16,
+    /// Independent random loss on each host uplink, in percent (0-100).
+    #[arg(long, default_value_t = 0.0, value_name = "PCT", value_parser = parse_percent)]
+    pub loss: f64,
+    /// Gilbert-Elliott burst loss: per-packet probabilities good->bad, bad->good, and the loss
+    /// probability while bad (all in 0-1), e.g. `0.001,0.25,1`.
+    #[arg(long, value_name = "P_GB,P_BG,LOSS_IN_BAD", value_parser = parse_burst)]
+    pub burst: Option<GilbertElliott>,
+    /// Probability (0-1) that a packet is held back by `--reorder-delay`.
+    #[arg(long, default_value_t = 0.0, value_name = "PROB", value_parser = parse_prob)]
+    pub reorder: f64,
+    /// Extra delay of a reordered packet, ns.
+    #[arg(long, default_value_t = 5_000, value_name = "NS")]
+    pub reorder_delay: u64,
+    /// Probability (0-1) that a packet is delivered twice.
+    #[arg(long, default_value_t = 0.0, value_name = "PROB", value_parser = parse_prob)]
+    pub duplicate: f64,
+    /// Probability (0-1) that one payload bit of a packet is flipped.
+    #[arg(long, default_value_t = 0.0, value_name = "PROB", value_parser = parse_prob)]
+    pub corrupt: f64,
+    /// What the client sends.
+    #[arg(long, value_enum, default_value_t = WorkloadArg::Bulk)]
+    pub workload: WorkloadArg,
+    /// Streams (QPs) on the connection [default: bulk 8, mixed 4].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub streams: Option<u32>,
+    /// Work requests per stream [default: bulk 128, mixed 64].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub messages: Option<u32>,
+    /// Message size in bytes [default: bulk 65536; mixed cycles 1, 100, 4096, 4097, 20000,
+    /// 65536]. Atomics are always 8 bytes.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16 << 20))]
+    pub size: Option<u32>,
+    /// Seed of every random choice (faults, connection ids, path entropy).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Simulated-time limit, ms.
+    #[arg(long, default_value_t = 2_000, value_name = "MS")]
+    pub limit_ms: u64,
+    /// Write a pcap (ns timestamps, Ethernet) of everything the client host sends and receives.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// Print the figures as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also print per-path and per-connection counters.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+/// A percentage in 0..=100, returned as a fraction in 0..=1.
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if !(0.0..=100.0).contains(&v) {
+        return Err(format!("{v} is not a percentage in 0-100"));
+    }
+    Ok(v / 100.0)
+}
+
+/// A probability in 0..=1.
+pub fn parse_prob(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!("{v} is not a probability in 0-1"));
+    }
+    Ok(v)
+}
+
+/// `p_gb,p_bg,loss_in_bad`, each a probability in 0..=1.
+pub fn parse_burst(s: &str) -> Result<GilbertElliott, String> {
+    let parts: Vec<&str> = s.split(',').collect();
+    if parts.len() != 3 {
+        return Err(format!(
+            "expected three comma-separated probabilities p_gb,p_bg,loss_in_bad, got `{s}`"
+        ));
+    }
+    let p: Vec<f64> = parts
+        .iter()
+        .map(|x| parse_prob(x))
+        .collect::<Result<_, _>>()?;
+    Ok(GilbertElliott {
+        p_good_to_bad: p[0],
+        p_bad_to_good: p[1],
+        loss_in_bad: p[2],
+        loss_in_good: 0.0,
+    })
+}
+
+impl DemoArgs {
+    fn base(&self) -> TwoHostRun {
+        let mut run = TwoHostRun {
+            fabric: Fabric::LeafSpine { spines: 8 },
+            seed: self.seed,
+            ..TwoHostRun::default()
+        };
+        run.endpoint.conn.paths = self.paths;
+        run
+    }
+
+    /// The 64 MiB bulk run, with `loss` (a fraction) on the host uplinks.
+    pub fn bulk_run(&self, loss: f64) -> TwoHostRun {
+        TwoHostRun {
+            workload: WorkloadSpec::bulk_write(8, 128, 65_536),
+            faults: FaultConfig::loss(loss),
+            ..self.base()
+        }
+    }
+
+    /// The mixed-operation run at the demo's loss.
+    pub fn mixed_run(&self) -> TwoHostRun {
+        TwoHostRun {
+            workload: WorkloadSpec::default(),
+            faults: FaultConfig::loss(self.loss),
+            ..self.base()
+        }
+    }
+}
+
+impl SimArgs {
+    pub fn faults(&self) -> FaultConfig {
+        FaultConfig {
+            loss: self.loss,
+            burst: self.burst,
+            reorder: self.reorder,
+            reorder_delay: if self.reorder > 0.0 {
+                self.reorder_delay
+            } else {
+                0
+            },
+            duplicate: self.duplicate,
+            corrupt: self.corrupt,
+            ..FaultConfig::NONE
+        }
+    }
+
+    pub fn workload(&self) -> WorkloadSpec {
+        let mut w = match self.workload {
+            WorkloadArg::Bulk => WorkloadSpec::bulk_write(8, 128, 65_536),
+            WorkloadArg::Mixed => WorkloadSpec::default(),
+        };
+        if let Some(s) = self.streams {
+            w.streams = s;
+        }
+        if let Some(m) = self.messages {
+            w.messages = m;
+        }
+        if let Some(sz) = self.size {
+            w.sizes = vec![sz];
+        }
+        w
+    }
+
+    /// Rough memory the two simulated hosts register for the workload (bytes): per stream, the
+    /// server's write slots and receive buffers and the client's send buffers, each of the
+    /// largest message size.
+    pub fn registered_bytes(&self) -> u64 {
+        let w = self.workload();
+        let per_stream = w.write_slots() as u64 + w.recv_depth as u64 + w.depth as u64;
+        w.streams as u64 * per_stream * w.max_size() as u64
+    }
+
+    pub fn run(&self) -> TwoHostRun {
+        let mut run = TwoHostRun {
+            fabric: match self.fabric {
+                FabricArg::BackToBack => Fabric::BackToBack,
+                FabricArg::LeafSpine => Fabric::LeafSpine {
+                    spines: self.spines as usize,
+                },
+            },
+            workload: self.workload(),
+            faults: self.faults(),
+            seed: self.seed,
+            limit_ns: self.limit_ms.saturating_mul(1_000_000),
+            ..TwoHostRun::default()
+        };
+        run.endpoint.conn.paths = self.paths;
+        run.endpoint.conn.mtu = self.mtu;
+        run
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce_harness::OpKind;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("ferroce").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn demo_defaults() {
+        let Command::Demo(d) = parse(&["demo"]).unwrap().cmd else {
+            panic!("not demo")
+        };
+        assert_eq!(d.loss, 0.01);
+        assert_eq!(d.seed, 1);
+        assert_eq!(d.paths, 8);
+        assert!(!d.json);
+        let bulk = d.bulk_run(0.0);
+        assert_eq!(bulk.fabric, Fabric::LeafSpine { spines: 8 });
+        assert_eq!(bulk.workload.total_bytes(), 64 << 20);
+        assert_eq!(bulk.faults, FaultConfig::NONE);
+        assert_eq!(bulk.endpoint.conn.paths, 8);
+        let lossy = d.bulk_run(d.loss);
+        assert_eq!(lossy.faults.loss, 0.01);
+        assert_eq!(lossy.seed, bulk.seed);
+        let mixed = d.mixed_run();
+        assert_eq!(mixed.workload.ops, OpKind::ALL.to_vec());
+        assert_eq!(mixed.faults.loss, 0.01);
+    }
+
+    #[test]
+    fn demo_flags() {
+        let Command::Demo(d) = parse(&[
+            "demo", "--loss", "5", "--seed", "7", "--paths", "4", "--json",
+        ])
+        .unwrap()
+        .cmd
+        else {
+            panic!("not demo")
+        };
+        assert_eq!(
+            d,
+            DemoArgs {
+                loss: 0.05,
+                seed: 7,
+                paths: 4,
+                json: true
+            }
+        );
+        assert_eq!(d.bulk_run(d.loss).endpoint.conn.paths, 4);
+        assert_eq!(d.bulk_run(d.loss).seed, 7);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert!(parse(&["demo", "--loss", "101"]).is_err());
+        assert!(parse(&["demo", "--loss", "-1"]).is_err());
+        assert!(parse(&["demo", "--loss", "x"]).is_err());
+        assert!(parse(&["demo", "--paths", "0"]).is_err());
+        assert!(parse(&["demo", "--paths", "256"]).is_err());
+        assert!(parse(&["sim", "--fabric", "torus"]).is_err());
+        assert!(parse(&["sim", "--reorder", "1.5"]).is_err());
+        assert!(parse(&["sim", "--burst", "0.1,0.2"]).is_err());
+        assert!(parse(&["sim", "--burst", "0.1,0.2,2"]).is_err());
+        assert!(parse(&["sim", "--workload", "stream"]).is_err());
+        assert!(parse(&["sim", "--streams", "0"]).is_err());
+        assert!(parse(&["bogus"]).is_err());
+    }
+
+    #[test]
+    fn sim_defaults() {
+        let Command::Sim(s) = parse(&["sim"]).unwrap().cmd else {
+            panic!("not sim")
+        };
+        let run = s.run();
+        assert_eq!(run.fabric, Fabric::LeafSpine { spines: 8 });
+        assert_eq!(run.faults, FaultConfig::NONE);
+        assert_eq!(run.workload.total_bytes(), 64 << 20);
+        assert_eq!(run.limit_ns, 2_000_000_000);
+        assert!(s.pcap.is_none() && !s.json && !s.verbose);
+        // 8 streams x (128 write slots, one per WRITE + 16 receives + 16 sends) x 64 KiB.
+        assert_eq!(s.registered_bytes(), 8 * 160 * 65_536);
+    }
+
+    #[test]
+    fn sim_flags() {
+        let cli = parse(&[
+            "sim",
+            "--fabric",
+            "back-to-back",
+            "--paths",
+            "2",
+            "--mtu",
+            "1024",
+            "--loss",
+            "2.5",
+            "--burst",
+            "0.001,0.25,1",
+            "--reorder",
+            "0.01",
+            "--duplicate",
+            "0.02",
+            "--corrupt",
+            "0.03",
+            "--workload",
+            "mixed",
+            "--streams",
+            "3",
+            "--messages",
+            "10",
+            "--size",
+            "777",
+            "--seed",
+            "9",
+            "--pcap",
+            "/tmp/x.pcap",
+            "--json",
+            "-v",
+        ])
+        .unwrap();
+        let Command::Sim(s) = cli.cmd else {
+            panic!("not sim")
+        };
+        let run = s.run();
+        assert_eq!(run.fabric, Fabric::BackToBack);
+        assert_eq!(run.endpoint.conn.paths, 2);
+        assert_eq!(run.endpoint.conn.mtu, 1024);
+        assert_eq!(run.seed, 9);
+        let f = run.faults;
+        assert_eq!(f.loss, 0.025);
+        let b = f.burst.unwrap();
+        assert_eq!(
+            (
+                b.p_good_to_bad,
+                b.p_bad_to_good,
+                b.loss_in_bad,
+                b.loss_in_good
+            ),
+            (0.001, 0.25, 1.0, 0.0)
+        );
+        assert_eq!(f.reorder, 0.01);
+        assert_eq!(f.reorder_delay, 5_000);
+        assert_eq!(f.duplicate, 0.02);
+        assert_eq!(f.corrupt, 0.03);
+        assert_eq!(run.workload.ops, OpKind::ALL.to_vec());
+        assert_eq!((run.workload.streams, run.workload.messages), (3, 10));
+        assert_eq!(run.workload.sizes, vec![777]);
+        assert_eq!(s.pcap.as_deref(), Some(std::path::Path::new("/tmp/x.pcap")));
+        assert!(s.json && s.verbose);
+    }
+
+    #[test]
+    fn sim_leaf_spine_spines() {
+        let Command::Sim(s) = parse(&["sim", "--spines", "4"]).unwrap().cmd else {
+            panic!("not sim")
+        };
+        assert_eq!(s.run().fabric, Fabric::LeafSpine { spines: 4 });
+    }
+
+    #[test]
+    fn percent_and_prob_parsers() {
+        assert_eq!(parse_percent("1"), Ok(0.01));
+        assert_eq!(parse_percent("0.5%"), Ok(0.005));
+        assert_eq!(parse_percent("100"), Ok(1.0));
+        assert!(parse_percent("NaN").is_err());
+        assert_eq!(parse_prob("0"), Ok(0.0));
+        assert!(parse_prob("1.01").is_err());
+    }
+}

@@ -1,0 +1,89 @@
+# Sourced by scripts/run and scripts/test: checks what building ferroce needs and installs what
+# is missing and can be installed from Debian's packages. Idempotent: when everything is there it
+# installs nothing and only prints the versions. It never downloads a toolchain.
+#
+#   ferroce_setup          # build needs: a Rust toolchain (cargo, rustc) and a C toolchain
+#   ferroce_setup test     # also rustfmt and clippy
+
+# The Rust version the workspace declares (Cargo.toml: rust-version).
+FERROCE_MIN_RUST="1.80"
+
+ferroce_log() { printf 'ferroce setup: %s\n' "$*" >&2; }
+
+# apt-get install the given Debian packages (as root, or through sudo).
+ferroce_apt_install() {
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo="sudo"
+        else
+            ferroce_log "need root (or sudo) to run: apt-get install $*"
+            return 1
+        fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        ferroce_log "no apt-get on this machine: install $* with your package manager"
+        return 1
+    fi
+    ferroce_log "installing $* (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# True when version $1 >= version $2 (dotted numbers).
+ferroce_version_ge() {
+    [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
+}
+
+ferroce_setup() {
+    local want_tests="${1:-}"
+
+    # rustup installs into ~/.cargo/bin, which a non-login shell may not have on PATH.
+    local cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$cargo_bin/cargo" ]; then
+        export PATH="$cargo_bin:$PATH"
+    fi
+
+    # C compiler and linker: rustc links through cc.
+    if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
+        ferroce_apt_install build-essential
+    fi
+
+    if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
+        cat >&2 <<MSG
+ferroce setup: no Rust toolchain (cargo, rustc) found.
+  ferroce needs Rust >= $FERROCE_MIN_RUST. Install it with rustup (https://rustup.rs), or, as a
+  fallback, Debian's packages:  apt-get install cargo rustc
+  (Debian 12's own rustc is 1.63, older than $FERROCE_MIN_RUST: that fallback cannot build this
+  workspace.)
+  These scripts do not download toolchains themselves.
+MSG
+        return 1
+    fi
+
+    local rust_version
+    rust_version="$(rustc --version | awk '{print $2}')"
+    if ! ferroce_version_ge "${rust_version%%-*}" "$FERROCE_MIN_RUST"; then
+        ferroce_log "rustc $rust_version is older than the $FERROCE_MIN_RUST this workspace needs"
+        ferroce_log "update it (e.g. rustup update stable) and run this script again"
+        return 1
+    fi
+
+    if [ "$want_tests" = "test" ]; then
+        local missing=()
+        cargo fmt --version >/dev/null 2>&1 || missing+=(rustfmt)
+        cargo clippy --version >/dev/null 2>&1 || missing+=(clippy)
+        if [ "${#missing[@]}" -gt 0 ]; then
+            ferroce_log "missing Rust components: ${missing[*]}"
+            if command -v rustup >/dev/null 2>&1; then
+                ferroce_log "install them with: rustup component add ${missing[*]}"
+            else
+                ferroce_log "install them with your toolchain (Debian: apt-get install rustfmt rust-clippy)"
+            fi
+            return 1
+        fi
+    fi
+
+    ferroce_log "$(cargo --version), $(rustc --version), $(cc --version | head -n1)"
+}
