@@ -171,3 +171,61 @@ impl std::fmt::Display for PostError {
 }
 
 impl std::error::Error for PostError {}
+
+/// The embedding interface every transport engine of ferroce offers (the native protocol's
+/// [`crate::Endpoint`] and the RoCEv2 RC engine): an embedder — the simulator host, the DPDK
+/// engine, the verbs shim — drives any of them the same way.
+pub trait Transport {
+    /// Start talking to `peer`. Native: opens a connection (Event::Connected follows);
+    /// RoCEv2: no handshake, Event::Connected is queued at once.
+    fn connect(&mut self, peer: std::net::Ipv4Addr) -> ConnId;
+    /// Create a stream (native) / an RC queue pair (RoCEv2): `local` is the id the peer sends
+    /// to (the local QPN), `remote` the id we send to (the peer's QPN), `pd` the protection
+    /// domain remote access is checked against.
+    fn create_stream(
+        &mut self,
+        c: ConnId,
+        local: u32,
+        remote: u32,
+        pd: u32,
+    ) -> Result<(), PostError>;
+    fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError>;
+    fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError>;
+    /// A UDP datagram for this engine's port arrived.
+    fn handle_datagram(
+        &mut self,
+        now: u64,
+        src: std::net::Ipv4Addr,
+        src_port: u16,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn crate::mem::Memory,
+    );
+    /// The next datagram to send, written into `buf`.
+    fn poll_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn crate::mem::Memory,
+    ) -> Option<Transmit>;
+    fn poll_timeout(&self) -> Option<u64>;
+    fn handle_timeout(&mut self, now: u64);
+    fn poll_completion(&mut self) -> Option<Completion>;
+    fn poll_event(&mut self) -> Option<Event>;
+    /// Totals across connections, for benchmarks and counters dumps.
+    fn totals(&self) -> TransportTotals;
+}
+
+/// Engine-independent totals (both directions of every connection).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportTotals {
+    pub tx_pkts: u64,
+    pub tx_payload_bytes: u64,
+    /// Packets that carried data sent before (selective resends or go-back-N replays).
+    pub retx_pkts: u64,
+    pub rx_pkts: u64,
+    pub rx_duplicates: u64,
+    pub timeouts: u64,
+    pub nacks_sent: u64,
+    pub nacks_received: u64,
+}

@@ -331,3 +331,70 @@ impl Endpoint {
         }
     }
 }
+
+impl crate::api::Transport for Endpoint {
+    fn connect(&mut self, peer: Ipv4Addr) -> ConnId {
+        Endpoint::connect(self, peer)
+    }
+    fn create_stream(
+        &mut self,
+        c: ConnId,
+        local: u32,
+        remote: u32,
+        pd: u32,
+    ) -> Result<(), PostError> {
+        Endpoint::create_stream(self, c, local, remote, pd)
+    }
+    fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError> {
+        Endpoint::post_send(self, c, stream, wr)
+    }
+    fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
+        Endpoint::post_recv(self, c, stream, wr)
+    }
+    fn handle_datagram(
+        &mut self,
+        now: u64,
+        src: Ipv4Addr,
+        src_port: u16,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn Memory,
+    ) {
+        Endpoint::handle_datagram(self, now, src, src_port, ce, data, mem)
+    }
+    fn poll_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<Transmit> {
+        Endpoint::poll_transmit(self, now, buf, mem)
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        Endpoint::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: u64) {
+        Endpoint::handle_timeout(self, now)
+    }
+    fn poll_completion(&mut self) -> Option<Completion> {
+        Endpoint::poll_completion(self)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Endpoint::poll_event(self)
+    }
+    fn totals(&self) -> TransportTotals {
+        let mut t = TransportTotals::default();
+        for c in self.conns.values() {
+            let k = &c.counters;
+            t.tx_pkts += k.tx_pkts;
+            t.tx_payload_bytes += k.tx_payload_bytes;
+            t.retx_pkts += k.retx_pkts;
+            t.rx_pkts += k.rx_pkts;
+            t.rx_duplicates += k.rx_duplicates;
+            t.timeouts += k.rtos;
+            t.nacks_sent += k.nacks_sent.iter().sum::<u64>();
+            t.nacks_received += k.nacks_received.iter().sum::<u64>();
+        }
+        t
+    }
+}
