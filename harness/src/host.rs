@@ -4,7 +4,6 @@
 use crate::workload::*;
 use ferroce_sim::{Datagram, Ecn, Host, Nanos};
 use ferroce_transport::mem::{access, Regions};
-use ferroce_transport::wire::NATIVE_UDP_PORT;
 use ferroce_transport::*;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -73,9 +72,9 @@ pub enum Role {
 }
 
 /// The transport core plus its application on one simulated host.
-#[derive(Debug)]
 pub struct NodeHost {
-    pub ep: Endpoint,
+    /// The engine: native [`Endpoint`] or any other [`Transport`].
+    pub ep: Box<dyn Transport>,
     pub mem: Regions,
     pub ip: Ipv4Addr,
     pub role: Role,
@@ -95,10 +94,26 @@ fn wr_id(s: u32, i: u32) -> u64 {
     ((s as u64) << 32) | i as u64
 }
 
+impl std::fmt::Debug for NodeHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeHost")
+            .field("ip", &self.ip)
+            .field("role", &self.role)
+            .field("errors", &self.errors.len())
+            .finish()
+    }
+}
+
 impl NodeHost {
+    /// A host running the native protocol.
     pub fn new(ip: [u8; 4], cfg: EndpointConfig) -> Self {
+        Self::with_engine(ip, Box::new(Endpoint::new(cfg)))
+    }
+
+    /// A host running any engine.
+    pub fn with_engine(ip: [u8; 4], ep: Box<dyn Transport>) -> Self {
         NodeHost {
-            ep: Endpoint::new(cfg),
+            ep,
             mem: Regions::new(),
             ip: Ipv4Addr::from(ip),
             role: Role::Idle,
@@ -107,6 +122,27 @@ impl NodeHost {
             events: Vec::new(),
             buf: vec![0; 65_536 + 256],
         }
+    }
+
+    /// The native endpoint, when this host runs the native protocol.
+    pub fn native(&self) -> Option<&Endpoint> {
+        self.ep.as_any().downcast_ref::<Endpoint>()
+    }
+
+    pub fn native_mut(&mut self) -> Option<&mut Endpoint> {
+        self.ep.as_any_mut().downcast_mut::<Endpoint>()
+    }
+
+    /// Make this host the workload's server for `clients`; returns the keys the clients need.
+    /// Engines without a handshake (RoCEv2) connect to each client themselves.
+    pub fn make_server_for(&mut self, spec: &WorkloadSpec, clients: &[[u8; 4]]) -> ServerKeys {
+        let keys = self.make_server(spec);
+        if !self.ep.accepts_connections() {
+            for c in clients {
+                self.ep.connect(Ipv4Addr::from(*c));
+            }
+        }
+        keys
     }
 
     /// Make this host the workload's server; returns the keys the client needs.
@@ -272,18 +308,18 @@ impl NodeHost {
                 }
                 for s in 0..cl.spec.streams {
                     for _ in 0..cl.spec.depth {
-                        Self::post_next(&mut self.ep, &mut self.mem, cl, s, now, &mut self.errors);
+                        Self::post_next(&mut *self.ep, &mut self.mem, cl, s, now, &mut self.errors);
                     }
                 }
             }
-            (Role::Server(sv), Event::Accepted { conn, .. }) => {
+            (Role::Server(sv), Event::Accepted { conn, .. } | Event::Connected { conn, .. }) => {
                 sv.conns.push(conn);
                 for s in 0..sv.spec.streams {
                     if let Err(e) = self.ep.create_stream(conn, s + 1, s + 1, SERVER_PD) {
                         self.errors.push(format!("create_stream: {e}"));
                     }
                     for _ in 0..sv.spec.recv_depth {
-                        Self::post_recv(&mut self.ep, sv, conn, s, &mut self.errors);
+                        Self::post_recv(&mut *self.ep, sv, conn, s, &mut self.errors);
                     }
                 }
             }
@@ -295,7 +331,7 @@ impl NodeHost {
     }
 
     fn post_recv(
-        ep: &mut Endpoint,
+        ep: &mut dyn Transport,
         sv: &mut Server,
         conn: ConnId,
         s: u32,
@@ -323,7 +359,7 @@ impl NodeHost {
     }
 
     fn post_next(
-        ep: &mut Endpoint,
+        ep: &mut dyn Transport,
         mem: &mut Regions,
         cl: &mut Client,
         s: u32,
@@ -505,7 +541,7 @@ impl NodeHost {
                 }
                 cl.latencies.push(now - x.posted_at);
                 let s = x.s;
-                Self::post_next(&mut self.ep, &mut self.mem, cl, s, now, &mut self.errors);
+                Self::post_next(&mut *self.ep, &mut self.mem, cl, s, now, &mut self.errors);
                 if cl.next_done.iter().all(|&d| d >= cl.spec.messages) && cl.finished_at.is_none() {
                     cl.finished_at = Some(now);
                 }
@@ -562,7 +598,7 @@ impl NodeHost {
                     }
                 }
                 let conn = c.conn;
-                Self::post_recv(&mut self.ep, sv, conn, s, &mut self.errors);
+                Self::post_recv(&mut *self.ep, sv, conn, s, &mut self.errors);
             }
             Role::Idle => self.completions.push(c),
         }
@@ -571,7 +607,7 @@ impl NodeHost {
 
 impl Host for NodeHost {
     fn handle_datagram(&mut self, now: Nanos, _port: usize, d: Datagram) {
-        if d.dst_port != NATIVE_UDP_PORT {
+        if d.dst_port != self.ep.udp_port() {
             return;
         }
         let ce = d.ecn == Ecn::Ce;

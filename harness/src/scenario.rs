@@ -106,7 +106,8 @@ impl TwoHostRun {
     /// Run the workload to completion (or the time limit) and verify every byte.
     pub fn run(&self) -> RunReport {
         let (mut sim, c, s) = self.build();
-        let keys = sim.host_mut(s).make_server(&self.workload);
+        let cip = sim.host_ip(c);
+        let keys = sim.host_mut(s).make_server_for(&self.workload, &[cip]);
         let sip = sim.host_ip(s);
         let now = sim.now();
         sim.host_mut(c).start_client(&self.workload, sip, keys, now);
@@ -142,7 +143,7 @@ pub fn report(sim: &Sim<NodeHost>, c: HostId, s: HostId, completed: bool) -> Run
         ));
     }
     let conn_of = |h: &NodeHost| {
-        h.ep.connections().next().map(|c| {
+        h.native().and_then(|ep| ep.connections().next()).map(|c| {
             (
                 c.counters,
                 c.paths().iter().map(|p| p.counters).collect::<Vec<_>>(),

@@ -66,7 +66,7 @@ fn leaf_spine_survives_all_spines_but_one_blackholed() {
     // finds a live route in both directions).
     let t = sim.now() + 200_000_000;
     sim.run_until(t);
-    let conn = sim.host(c).ep.connections().next().unwrap();
+    let conn = sim.host(c).native().unwrap().connections().next().unwrap();
     assert!(
         conn.paths()
             .iter()
@@ -113,7 +113,7 @@ fn four_planes_survive_three_plane_failures() {
     let failures: u64 = r.paths.iter().map(|p| p.failures).sum();
     assert!(failures > 0, "{:?}", r.paths);
     // Only plane 0 is left: every path's final port must map to it, in both directions.
-    let conn = sim.host(c).ep.connections().next().unwrap();
+    let conn = sim.host(c).native().unwrap().connections().next().unwrap();
     let (cip, sip) = (sim.host_ip(c), sim.host_ip(s));
     for p in conn.paths() {
         if p.state == ferroce_transport::PathState::Good {

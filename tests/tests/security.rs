@@ -350,8 +350,22 @@ fn bad_remote_requests_are_refused_and_touch_nothing() {
         before == snapshot(&st.sim, &keys),
         "a refused request changed remote memory"
     );
-    let b = st.sim.host(B).ep.connection(st.conn_b).unwrap().counters;
-    let a = st.sim.host(A).ep.connection(st.conn_a).unwrap().counters;
+    let b = st
+        .sim
+        .host(B)
+        .native()
+        .unwrap()
+        .connection(st.conn_b)
+        .unwrap()
+        .counters;
+    let a = st
+        .sim
+        .host(A)
+        .native()
+        .unwrap()
+        .connection(st.conn_a)
+        .unwrap()
+        .counters;
     assert!(b.remote_access_refused >= 12, "{b:?}");
     assert!(
         b.nacks_sent[NackReason::RemoteAccess as usize] >= 12,

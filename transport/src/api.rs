@@ -214,6 +214,14 @@ pub trait Transport {
     fn poll_event(&mut self) -> Option<Event>;
     /// Totals across connections, for benchmarks and counters dumps.
     fn totals(&self) -> TransportTotals;
+    /// UDP destination port this engine speaks on (4792 native, 4791 RoCEv2).
+    fn udp_port(&self) -> u16;
+    /// Whether peers open connections to it (native handshake); a RoCEv2 engine has none, so
+    /// both sides call `connect`.
+    fn accepts_connections(&self) -> bool;
+    /// For embedders that need engine-specific counters.
+    fn as_any(&self) -> &dyn std::any::Any;
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }
 
 /// Engine-independent totals (both directions of every connection).

@@ -397,4 +397,16 @@ impl crate::api::Transport for Endpoint {
         }
         t
     }
+    fn udp_port(&self) -> u16 {
+        NATIVE_UDP_PORT
+    }
+    fn accepts_connections(&self) -> bool {
+        true
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }
