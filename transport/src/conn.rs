@@ -187,6 +187,8 @@ pub struct Connection {
     pub(crate) rx_bytes_window: u64,
     pub(crate) backlog_seen: bool,
     no_progress_rtos: u32,
+    /// Send time of the most recently sent packet acknowledged on any path (RACK).
+    rack_time: u64,
     pub counters: ConnCounters,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<Event>,
@@ -314,6 +316,7 @@ impl Connection {
             rx_bytes_window: 0,
             backlog_seen: false,
             no_progress_rtos: 0,
+            rack_time: 0,
             counters: ConnCounters::default(),
             completions: VecDeque::new(),
             events: VecDeque::new(),
@@ -971,6 +974,12 @@ impl Connection {
         for c in out.lost {
             self.retx.push_back((c, path));
         }
+        if let Some(t) = out.newest_acked_sent_at {
+            if t > self.rack_time {
+                self.rack_time = t;
+            }
+            self.detect_time_losses(now);
+        }
         let mut touched: Vec<u32> = Vec::new();
         for c in out.acked {
             match c {
@@ -999,6 +1008,21 @@ impl Connection {
         }
         for s in touched {
             self.complete_requests(s);
+        }
+    }
+
+    /// Packets older than their path's loss delay, with a later packet acknowledged on any
+    /// path, are lost: resend them now rather than at the RTO.
+    fn detect_time_losses(&mut self, now: u64) {
+        let base = self.base_rtt();
+        let ack_delay = self.cfg.ack_delay_ns;
+        for i in 0..self.paths.len() {
+            let d = self.paths[i].loss_delay(base, ack_delay);
+            let lost = self.paths[i].detect_time_losses(now, self.rack_time, d);
+            self.counters.time_losses += lost.len() as u64;
+            for c in lost {
+                self.retx.push_back((c, i as u8));
+            }
         }
     }
 
@@ -1268,6 +1292,10 @@ impl Connection {
         for (at, _) in &self.rnr_wait {
             min(Some(*at));
         }
+        let base = self.base_rtt();
+        for p in &self.paths {
+            min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, self.cfg.ack_delay_ns)));
+        }
         t
     }
 
@@ -1340,6 +1368,7 @@ impl Connection {
                 }
             }
         }
+        self.detect_time_losses(now);
         for i in 0..self.rx_paths.len() {
             if let Some(f) = self.rx_paths[i].first_unacked_at {
                 if f + self.cfg.ack_delay_ns <= now {

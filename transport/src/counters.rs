@@ -10,6 +10,8 @@ pub struct PathCounters {
     pub acked_pkts: u64,
     /// PSNs found missing below a higher acknowledged PSN.
     pub sack_holes: u64,
+    /// Packets declared lost by time (a later packet on any path was acknowledged).
+    pub time_losses: u64,
     pub rtos: u64,
     /// CE marks the receiver echoed.
     pub ecn_echoed: u64,
@@ -36,6 +38,7 @@ pub struct ConnCounters {
     pub acks_sent: u64,
     pub acks_received: u64,
     pub sack_holes: u64,
+    pub time_losses: u64,
     pub rtos: u64,
     pub ecn_ce_received: u64,
     pub nacks_sent: [u64; 5],

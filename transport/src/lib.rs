@@ -15,6 +15,7 @@ pub mod counters;
 pub mod endpoint;
 pub mod mem;
 pub mod path;
+pub mod roce;
 pub mod wire;
 
 pub use api::*;

@@ -75,8 +75,16 @@ pub struct TxPath {
     pub probe_at: Option<u64>,
     pub probe_seq: u32,
     pub failed_at: u64,
+    /// Packets declared lost since this path's last acknowledgement.
+    pub consec_lost: u32,
+    /// When this path last received an ACK.
+    pub last_ack_at: u64,
     pub counters: PathCounters,
 }
+
+/// Consecutive losses (with no acknowledgement in between) that make a path Suspect without
+/// waiting for its RTO: a black-holed path is left within about one RTT.
+pub(crate) const SUSPECT_AFTER_LOSSES: u32 = 3;
 
 /// What an ACK told the sender.
 #[derive(Debug, Default)]
@@ -86,6 +94,8 @@ pub(crate) struct AckOutcome {
     /// Chunks newly declared lost (holes below the highest acknowledged PSN).
     pub lost: Vec<ChunkRef>,
     pub progress: bool,
+    /// Send time of the most recently sent packet this ACK acknowledged.
+    pub newest_acked_sent_at: Option<u64>,
 }
 
 pub(crate) const SACK_SPAN: u32 = 256;
@@ -118,6 +128,8 @@ impl TxPath {
             probe_at: None,
             probe_seq: 0,
             failed_at: 0,
+            consec_lost: 0,
+            last_ack_at: 0,
             counters: PathCounters::default(),
         }
     }
@@ -220,6 +232,7 @@ impl TxPath {
         cfg: &ConnConfig,
     ) -> AckOutcome {
         let mut out = AckOutcome::default();
+        self.last_ack_at = now;
         // Highest PSN acknowledged by this ACK, if any.
         let mut highest: Option<u32> = None;
         {
@@ -264,9 +277,13 @@ impl TxPath {
                 }
             }
         }
+        if !out.lost.is_empty() {
+            self.note_losses(now, out.lost.len() as u32);
+        }
         if !out.acked.is_empty() {
             out.progress = true;
             self.rto_count = 0;
+            self.consec_lost = 0;
             if self.state != PathState::Good {
                 self.state = PathState::Good;
                 self.probe_at = None;
@@ -277,12 +294,77 @@ impl TxPath {
         }
         self.on_ecn(cum, ecn_ce, &out, cfg);
         self.trim();
-        let _ = now;
         out
+    }
+
+    /// `n` packets of this path were declared lost.
+    pub(crate) fn note_losses(&mut self, now: u64, n: u32) {
+        self.consec_lost += n;
+        if self.consec_lost >= SUSPECT_AFTER_LOSSES && self.state == PathState::Good {
+            self.state = PathState::Suspect;
+            self.probe_at = Some(now);
+        }
+    }
+
+    /// How long after its send time a packet of this path may still be acknowledged:
+    /// srtt + max(4·rttvar, min_rtt/4) + the receiver's ACK delay.
+    pub(crate) fn loss_delay(&self, base_rtt: u64, ack_delay: u64) -> u64 {
+        let srtt = self.srtt_ns.unwrap_or(base_rtt as f64);
+        let var = (4.0 * self.rttvar_ns).max(base_rtt as f64 / 4.0);
+        (srtt + var) as u64 + ack_delay
+    }
+
+    /// Time-based loss detection (RACK across paths): a packet still in flight is lost when
+    /// a packet sent after it (`rack_time`: on any path) has been acknowledged, it is older
+    /// than `delay`, and this path has heard no ACK for `delay` either. While a path's ACKs
+    /// flow, its SACK bitmap reports its holes; the time rule is for silent paths: tail
+    /// losses, lost ACKs at the end, dead routes.
+    pub(crate) fn detect_time_losses(
+        &mut self,
+        now: u64,
+        rack_time: u64,
+        delay: u64,
+    ) -> Vec<ChunkRef> {
+        let mut lost = Vec::new();
+        if now < self.last_ack_at + delay {
+            return lost;
+        }
+        for e in self.sent.iter_mut() {
+            if e.fate != Fate::InFlight {
+                continue;
+            }
+            if e.sent_at >= rack_time || now < e.sent_at + delay {
+                break; // later entries were sent later still
+            }
+            e.fate = Fate::Gone;
+            self.inflight_bytes -= e.bytes as u64;
+            lost.push(e.chunk);
+        }
+        if !lost.is_empty() {
+            self.counters.time_losses += lost.len() as u64;
+            self.note_losses(now, lost.len() as u32);
+            self.trim();
+        }
+        lost
+    }
+
+    /// When `detect_time_losses` would next find something, given no further ACK.
+    pub(crate) fn time_loss_deadline(&self, rack_time: u64, delay: u64) -> Option<u64> {
+        self.sent
+            .iter()
+            .find(|s| s.fate == Fate::InFlight)
+            .filter(|s| s.sent_at < rack_time)
+            .map(|s| s.sent_at.max(self.last_ack_at) + delay)
     }
 
     fn ack_index(&mut self, i: usize, out: &mut AckOutcome) {
         let e = &mut self.sent[i];
+        if e.fate != Fate::Acked {
+            out.newest_acked_sent_at = Some(
+                out.newest_acked_sent_at
+                    .map_or(e.sent_at, |t| t.max(e.sent_at)),
+            );
+        }
         match e.fate {
             Fate::InFlight => {
                 e.fate = Fate::Acked;
