@@ -186,6 +186,10 @@ pub struct Connection {
     /// Bytes received and BACKLOG seen since the endpoint last looked (fair share input).
     pub(crate) rx_bytes_window: u64,
     pub(crate) backlog_seen: bool,
+    /// Bookkeeping of the endpoint's ready queue, timer heap and fair-share list.
+    pub(crate) in_ready: bool,
+    pub(crate) timer_at: Option<u64>,
+    pub(crate) in_rx_active: bool,
     no_progress_rtos: u32,
     /// Send time of the most recently sent packet acknowledged on any path (RACK).
     rack_time: u64,
@@ -315,6 +319,9 @@ impl Connection {
             hint_for_peer_mbps: 0,
             rx_bytes_window: 0,
             backlog_seen: false,
+            in_ready: false,
+            timer_at: None,
+            in_rx_active: false,
             no_progress_rtos: 0,
             rack_time: 0,
             counters: ConnCounters::default(),

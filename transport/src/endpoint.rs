@@ -8,7 +8,8 @@ use crate::conn::{splitmix64, ConnState, Connection};
 use crate::counters::EndpointCounters;
 use crate::mem::Memory;
 use crate::wire::{Body, Packet, WireError, NATIVE_UDP_PORT};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
 
 /// All native connections of one host.
@@ -19,7 +20,16 @@ pub struct Endpoint {
     conns: BTreeMap<u32, Connection>,
     by_peer: HashMap<(Ipv4Addr, u32), u32>,
     id_state: u64,
-    rr: usize,
+    /// Connections that may have something to send, in round-robin order. Work per packet is
+    /// independent of the number of connections.
+    ready: VecDeque<u32>,
+    /// Timer deadlines (lazy deletion: an entry is live while it equals the connection's
+    /// `timer_at`).
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Connections that received data in the current fair-share interval.
+    rx_active: Vec<u32>,
+    /// Last demands (Mbit/s, infinity for backlogged) seen by the fair-share computation.
+    last_level_mbps: f64,
     next_share_at: u64,
     pub counters: EndpointCounters,
     completions: VecDeque<Completion>,
@@ -33,7 +43,10 @@ impl Endpoint {
             cfg,
             conns: BTreeMap::new(),
             by_peer: HashMap::new(),
-            rr: 0,
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            rx_active: Vec::new(),
+            last_level_mbps: 0.0,
             next_share_at: 0,
             counters: EndpointCounters::default(),
             completions: VecDeque::new(),
@@ -66,7 +79,49 @@ impl Endpoint {
         let seed = splitmix64(self.cfg.seed ^ id as u64);
         let c = Connection::new(ConnId(id), peer, 0, cc, self.cfg.line_rate_mbps, seed);
         self.conns.insert(id, c);
+        self.touch(id);
         ConnId(id)
+    }
+
+    /// After anything happened to connection `id`: collect its completions and events, put
+    /// it in the ready queue and re-arm its timer.
+    fn touch(&mut self, id: u32) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        self.completions.extend(c.completions.drain(..));
+        self.events.extend(c.events.drain(..));
+        if !c.in_ready {
+            c.in_ready = true;
+            self.ready.push_back(id);
+        }
+        let d = c.poll_timeout();
+        if d != c.timer_at {
+            c.timer_at = d;
+            if let Some(t) = d {
+                self.timers.push(Reverse((t, id)));
+            }
+        }
+        self.clean_timers();
+    }
+
+    fn timer_live(&self, t: u64, id: u32) -> bool {
+        self.conns.get(&id).is_some_and(|c| c.timer_at == Some(t))
+    }
+
+    /// Drop dead entries from the top of the timer heap, so `poll_timeout` can peek.
+    fn clean_timers(&mut self) {
+        while let Some(Reverse((t, id))) = self.timers.peek().copied() {
+            if self.timer_live(t, id) {
+                break;
+            }
+            self.timers.pop();
+        }
+    }
+
+    /// Re-read a connection's state after changing it through `connection_mut`.
+    pub fn refresh(&mut self, c: ConnId) {
+        self.touch(c.0);
     }
 
     pub fn connection(&self, c: ConnId) -> Option<&Connection> {
@@ -109,16 +164,21 @@ impl Endpoint {
     }
 
     pub fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError> {
-        self.conn(c)?.post_send(stream, wr)
+        let r = self.conn(c)?.post_send(stream, wr);
+        self.touch(c.0);
+        r
     }
 
     pub fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
-        self.conn(c)?.post_recv(stream, wr)
+        let r = self.conn(c)?.post_recv(stream, wr);
+        self.touch(c.0);
+        r
     }
 
     /// Graceful close: CLOSE goes out once the connection's work is done.
     pub fn close(&mut self, c: ConnId) -> Result<(), PostError> {
         self.conn(c)?.close();
+        self.touch(c.0);
         Ok(())
     }
 
@@ -169,16 +229,42 @@ impl Endpoint {
             self.counters.drop_unknown_conn += 1;
             return;
         }
+        let before = conn.rx_bytes_window;
         conn.handle_packet(now, &pkt, src_port, ce, mem);
-        self.completions.extend(conn.completions.drain(..));
-        self.events.extend(conn.events.drain(..));
+        let id = pkt.dst_conn;
+        if before == 0 && conn.rx_bytes_window > 0 && !conn.in_rx_active {
+            conn.in_rx_active = true;
+            self.rx_active.push(id);
+            self.on_new_sender(id);
+        }
+        self.touch(id);
+    }
+
+    /// A connection started sending to us: give it (and everyone) the share that includes
+    /// it now, instead of a stale hint from its last busy period.
+    fn on_new_sender(&mut self, id: u32) {
+        if !self.cfg.rate_hints {
+            return;
+        }
+        let cap = self.cfg.line_rate_mbps as f64 * self.cfg.share_target;
+        let n = self.rx_active.len().max(1) as f64;
+        let level = if self.last_level_mbps > 0.0 {
+            self.last_level_mbps.min(cap / n)
+        } else {
+            cap / n
+        };
+        let hint = level.clamp(1.0, u32::MAX as f64) as u32;
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.hint_for_peer_mbps = hint;
+        }
     }
 
     fn on_open(&mut self, src: Ipv4Addr, o: &crate::wire::OpenRepr) {
-        if let Some(id) = self.by_peer.get(&(src, o.src_conn)) {
-            if let Some(c) = self.conns.get_mut(id) {
+        if let Some(&id) = self.by_peer.get(&(src, o.src_conn)) {
+            if let Some(c) = self.conns.get_mut(&id) {
                 c.queue_open_ack();
             }
+            self.touch(id);
             return;
         }
         let id = self.new_conn_id();
@@ -195,6 +281,7 @@ impl Endpoint {
         c.queue_open_ack();
         self.conns.insert(id, c);
         self.by_peer.insert((src, o.src_conn), id);
+        self.touch(id);
         self.events.push_back(Event::Accepted {
             conn: ConnId(id),
             peer: src,
@@ -215,13 +302,17 @@ impl Endpoint {
             return;
         }
         let cap = self.cfg.line_rate_mbps as f64 * self.cfg.share_target;
+        let active = std::mem::take(&mut self.rx_active);
         // (demand in Mbit/s or infinity, conn id)
-        let mut demands: Vec<(f64, u32)> = Vec::new();
-        for (id, c) in self.conns.iter() {
-            if c.rx_bytes_window > 0 {
+        let mut demands: Vec<(f64, u32)> = Vec::with_capacity(active.len());
+        for id in &active {
+            if let Some(c) = self.conns.get_mut(id) {
                 let rate = c.rx_bytes_window as f64 * 8000.0 / elapsed.max(1) as f64;
                 let d = if c.backlog_seen { f64::INFINITY } else { rate };
                 demands.push((d, *id));
+                c.rx_bytes_window = 0;
+                c.backlog_seen = false;
+                c.in_rx_active = false;
             }
         }
         if demands.is_empty() {
@@ -239,15 +330,12 @@ impl Endpoint {
             left -= d;
             n -= 1;
         }
+        self.last_level_mbps = level;
         let hint = level.clamp(1.0, u32::MAX as f64) as u32;
         for (_, id) in demands {
             if let Some(c) = self.conns.get_mut(&id) {
                 c.hint_for_peer_mbps = hint;
             }
-        }
-        for c in self.conns.values_mut() {
-            c.rx_bytes_window = 0;
-            c.backlog_seen = false;
         }
     }
 
@@ -258,36 +346,47 @@ impl Endpoint {
         buf: &mut [u8],
         mem: &mut dyn Memory,
     ) -> Option<Transmit> {
-        let n = self.conns.len();
-        if n == 0 {
-            return None;
-        }
-        // Round robin over connections, so one busy peer cannot starve the others.
-        let keys: Vec<u32> = if n > 1 {
-            self.conns.keys().copied().collect()
-        } else {
-            Vec::new()
-        };
-        for k in 0..n {
-            let conn = if n > 1 {
-                let id = keys[(self.rr + k) % n];
-                self.conns.get_mut(&id)
-            } else {
-                self.conns.values_mut().next()
+        // Round robin over the connections that may have something to send, so one busy peer
+        // cannot starve the others; a connection with nothing to send leaves the queue until
+        // something happens to it.
+        let mut tries = self.ready.len();
+        while tries > 0 {
+            tries -= 1;
+            let Some(id) = self.ready.pop_front() else {
+                break;
             };
-            let Some(conn) = conn else { continue };
+            let Some(conn) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            conn.in_ready = false;
             let out = conn.poll_transmit(now, buf, mem);
-            self.completions.extend(conn.completions.drain(..));
-            self.events.extend(conn.events.drain(..));
+            let peer = conn.peer;
             if let Some((len, port)) = out {
-                self.rr = (self.rr + k + 1) % n;
+                self.touch(id); // back in the queue, at the tail
                 self.counters.tx_datagrams += 1;
                 return Some(Transmit {
-                    dst: conn.peer,
+                    dst: peer,
                     src_port: port,
                     dst_port: NATIVE_UDP_PORT,
                     len,
                 });
+            }
+            // Idle: keep it out of the ready queue, but collect its output and timer.
+            let c = self.conns.get_mut(&id).map(|c| {
+                self.completions.extend(c.completions.drain(..));
+                self.events.extend(c.events.drain(..));
+                (c.poll_timeout(), c.timer_at)
+            });
+            if let Some((d, at)) = c {
+                if d != at {
+                    if let Some(c) = self.conns.get_mut(&id) {
+                        c.timer_at = d;
+                    }
+                    if let Some(t) = d {
+                        self.timers.push(Reverse((t, id)));
+                    }
+                    self.clean_timers();
+                }
             }
         }
         None
@@ -295,17 +394,39 @@ impl Endpoint {
 
     /// Earliest time `handle_timeout` must be called.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.conns.values().filter_map(|c| c.poll_timeout()).min()
+        match self.timers.peek() {
+            Some(Reverse((t, id))) if self.timer_live(*t, *id) => Some(*t),
+            // The top went stale without a clean-up (only through `connection_mut`): look
+            // at every live entry.
+            Some(_) => self
+                .timers
+                .iter()
+                .filter(|Reverse((t, id))| self.timer_live(*t, *id))
+                .map(|Reverse((t, _))| *t)
+                .min(),
+            None => None,
+        }
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
-        for c in self.conns.values_mut() {
-            if c.poll_timeout().is_some_and(|t| t <= now) {
-                c.handle_timeout(now);
-                self.completions.extend(c.completions.drain(..));
-                self.events.extend(c.events.drain(..));
+        let mut due: Vec<u32> = Vec::new();
+        while let Some(Reverse((t, id))) = self.timers.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if self.timer_live(t, id) && !due.contains(&id) {
+                due.push(id);
             }
         }
+        for id in due {
+            if let Some(c) = self.conns.get_mut(&id) {
+                c.timer_at = None;
+                c.handle_timeout(now);
+            }
+            self.touch(id);
+        }
+        self.clean_timers();
     }
 
     pub fn poll_completion(&mut self) -> Option<Completion> {
