@@ -430,6 +430,13 @@ e[13] = 0
 e[-4:] = u32(zlib.crc32(bytes(e[:-4])) & 0xFFFFFFFF)
 v.emit = bytes(e)
 
+v = new("open_ack_mtu_64", """
+OPEN_ACK offering mtu 64, the smallest valid value (MIN_MTU); 1 path, line rate unknown (0).
+""")
+base(v, "OPEN_ACK", 0, 0, A)
+open_body(v, B, 1, 64, 0)
+v.seal()
+
 v = new("close", """
 CLOSE from A to B, reason 0 (normal).
 """)
@@ -613,6 +620,14 @@ v.seal()
 v = inv("open_ack_conn_zero", "OPEN_ACK with src_conn 0 (reserved).", "MALFORMED")
 base(v, "OPEN_ACK", 0, 0, A, declare=False)
 open_body(v, 0, 4, 1024, 100000, declare=False)
+v.seal()
+
+v = inv("open_mtu_63", """
+OPEN offering mtu 63: below the minimum payload of 64 (wire.md 2.12), so MALFORMED; paths and
+src_conn are valid, so only the mtu check can reject it.
+""", "MALFORMED")
+base(v, "OPEN", 0, 0, 0, declare=False)
+open_body(v, A, 8, 63, 400000, declare=False)
 v.seal()
 
 if __name__ == "__main__":

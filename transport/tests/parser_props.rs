@@ -224,7 +224,7 @@ fn control_body() -> impl Strategy<Value = Body<'static>> {
     let open = (
         1..=u32::MAX,
         1..=u8::MAX,
-        any::<u16>(),
+        ferroce_transport::wire::MIN_MTU..=u16::MAX,
         any::<u32>(),
         any::<bool>(),
     )

@@ -1,0 +1,516 @@
+//! The RoCEv2 RC endpoint: every queue pair of one host behind the [`Transport`] interface.
+//!
+//! A "connection" is a peer record (RoCEv2 has no transport handshake: `connect` queues
+//! `Event::Connected` at once); a "stream" is an RC QP in RTS. Packets are demultiplexed by
+//! (peer address, destination QPN).
+
+use super::qp::{Ctx, Qp, QpState};
+use super::wire::{self, Flow, Packet, PacketView, WireError, IPV4_HEADER_LEN, QPN_MASK};
+use super::{RoceConfig, RoceCounters};
+use crate::api::*;
+use crate::mem::Memory;
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+/// Explicit QP attributes (what a verbs application sets with `ibv_modify_qp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpParams {
+    /// The QPN peers send to.
+    pub local_qpn: u32,
+    /// The peer's QPN.
+    pub remote_qpn: u32,
+    /// Protection domain remote accesses are checked against.
+    pub pd: u32,
+    /// First PSN this QP sends (sq_psn).
+    pub sq_psn: u32,
+    /// First PSN this QP expects (rq_psn).
+    pub rq_psn: u32,
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The initial PSN of the direction (requester `src`/`src_qpn`) → (responder `dst`/`dst_qpn`)
+/// when none is configured: both ends compute the same value (spec/rocev2.md §7).
+pub fn derived_initial_psn(src: Ipv4Addr, dst: Ipv4Addr, src_qpn: u32, dst_qpn: u32) -> u32 {
+    let a = (u32::from(src) as u64) << 32 | u32::from(dst) as u64;
+    let b = ((src_qpn & QPN_MASK) as u64) << 24 | (dst_qpn & QPN_MASK) as u64;
+    (splitmix64(a ^ splitmix64(b)) as u32) & wire::PSN_MASK
+}
+
+/// The UDP source port of a QP: 0xC000 | 14 bits of a hash of its QPN (rxe also draws its
+/// source ports from 0xC000..=0xFFFF per QP).
+pub fn qp_source_port(local_qpn: u32) -> u16 {
+    0xc000 | (splitmix64(local_qpn as u64) as u16 & 0x3fff)
+}
+
+/// All RC queue pairs of one host.
+#[derive(Debug)]
+pub struct RoceEndpoint {
+    cfg: RoceConfig,
+    /// Peer of connection `ConnId(i + 1)`.
+    peers: Vec<Ipv4Addr>,
+    qps: Vec<Qp>,
+    by_key: HashMap<(Ipv4Addr, u32), usize>,
+    rr: usize,
+    completions: VecDeque<Completion>,
+    events: VecDeque<Event>,
+    counters: RoceCounters,
+}
+
+impl RoceEndpoint {
+    pub fn new(cfg: RoceConfig) -> Self {
+        RoceEndpoint {
+            cfg,
+            peers: Vec::new(),
+            qps: Vec::new(),
+            by_key: HashMap::new(),
+            rr: 0,
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: RoceCounters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &RoceConfig {
+        &self.cfg
+    }
+
+    pub fn counters(&self) -> &RoceCounters {
+        &self.counters
+    }
+
+    /// Peer address of a connection.
+    pub fn peer(&self, c: ConnId) -> Option<Ipv4Addr> {
+        (c.0 as usize)
+            .checked_sub(1)
+            .and_then(|i| self.peers.get(i))
+            .copied()
+    }
+
+    /// A peer record; `Event::Connected` is queued at once (no handshake in RoCEv2).
+    pub fn connect(&mut self, peer: Ipv4Addr) -> ConnId {
+        self.peers.push(peer);
+        let c = ConnId(self.peers.len() as u32);
+        self.events.push_back(Event::Connected { conn: c, peer });
+        c
+    }
+
+    /// Create an RC QP in RTS with explicit PSNs.
+    pub fn create_qp(&mut self, c: ConnId, p: QpParams) -> Result<(), PostError> {
+        let peer = self.peer(c).ok_or(PostError::UnknownConnection)?;
+        if p.local_qpn > QPN_MASK || p.remote_qpn > QPN_MASK {
+            return Err(PostError::UnknownStream);
+        }
+        if self.by_key.contains_key(&(peer, p.local_qpn)) {
+            return Err(PostError::StreamExists);
+        }
+        let qp = Qp::new(
+            &self.cfg,
+            c,
+            peer,
+            p.local_qpn,
+            p.remote_qpn,
+            p.pd,
+            p.sq_psn,
+            p.rq_psn,
+            qp_source_port(p.local_qpn),
+        );
+        self.by_key.insert((peer, p.local_qpn), self.qps.len());
+        self.qps.push(qp);
+        Ok(())
+    }
+
+    /// Create an RC QP with the configured (or derived) initial PSNs.
+    pub fn create_stream(
+        &mut self,
+        c: ConnId,
+        local: u32,
+        remote: u32,
+        pd: u32,
+    ) -> Result<(), PostError> {
+        let peer = self.peer(c).ok_or(PostError::UnknownConnection)?;
+        let me = self.cfg.local_ip;
+        let (sq_psn, rq_psn) = match self.cfg.initial_psn {
+            Some(p) => (p, p),
+            None => (
+                derived_initial_psn(me, peer, local, remote),
+                derived_initial_psn(peer, me, remote, local),
+            ),
+        };
+        self.create_qp(
+            c,
+            QpParams {
+                local_qpn: local,
+                remote_qpn: remote,
+                pd,
+                sq_psn,
+                rq_psn,
+            },
+        )
+    }
+
+    fn qp_index(&self, c: ConnId, qpn: u32) -> Result<usize, PostError> {
+        let peer = self.peer(c).ok_or(PostError::UnknownConnection)?;
+        let i = *self
+            .by_key
+            .get(&(peer, qpn))
+            .ok_or(PostError::UnknownStream)?;
+        if self.qps[i].conn != c {
+            return Err(PostError::UnknownStream);
+        }
+        Ok(i)
+    }
+
+    pub fn post_send(&mut self, c: ConnId, qpn: u32, wr: SendWr) -> Result<(), PostError> {
+        let i = self.qp_index(c, qpn)?;
+        self.qps[i].post_send(wr)
+    }
+
+    pub fn post_recv(&mut self, c: ConnId, qpn: u32, wr: RecvWr) -> Result<(), PostError> {
+        let i = self.qp_index(c, qpn)?;
+        self.qps[i].post_recv(wr)
+    }
+
+    /// Whether the QP is in the error state.
+    pub fn qp_in_error(&self, c: ConnId, qpn: u32) -> Option<bool> {
+        let i = self.qp_index(c, qpn).ok()?;
+        Some(self.qps[i].state == QpState::Error)
+    }
+
+    /// (next PSN to send, oldest unacknowledged PSN, expected PSN) of a QP.
+    pub fn qp_psns(&self, c: ConnId, qpn: u32) -> Option<(u32, u32, u32)> {
+        let i = self.qp_index(c, qpn).ok()?;
+        Some(self.qps[i].psns())
+    }
+
+    /// Send work requests posted and not yet completed on a QP.
+    pub fn qp_outstanding(&self, c: ConnId, qpn: u32) -> Option<usize> {
+        let i = self.qp_index(c, qpn).ok()?;
+        Some(self.qps[i].outstanding_wrs())
+    }
+
+    /// Path MTU of a QP.
+    pub fn qp_mtu(&self, c: ConnId, qpn: u32) -> Option<u32> {
+        let i = self.qp_index(c, qpn).ok()?;
+        Some(self.qps[i].mtu())
+    }
+
+    /// A UDP payload from `src`:`src_port` to port 4791; the ICRC is checked against the
+    /// canonical headers (see the module documentation). Never panics on any bytes.
+    pub fn handle_datagram(
+        &mut self,
+        now: u64,
+        src: Ipv4Addr,
+        src_port: u16,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn Memory,
+    ) {
+        self.counters.rx_datagrams += 1;
+        let Some(view) = self.check(data) else { return };
+        if self.cfg.verify_icrc {
+            let flow = Flow {
+                src,
+                dst: self.cfg.local_ip,
+                src_port,
+                dst_port: wire::UDP_PORT,
+            };
+            if !view.icrc_ok_canonical(&flow) {
+                self.counters.rx_bad_icrc += 1;
+                return;
+            }
+        }
+        self.handle_ib(now, src, ce, data, mem);
+    }
+
+    /// A datagram with its real IPv4 header (`ip_hdr`, options included) and UDP header:
+    /// the ICRC is checked over them (what an embedder that sees whole frames should call;
+    /// peers such as rxe use IPv4 identifications other than the canonical 0).
+    pub fn handle_datagram_ip(
+        &mut self,
+        now: u64,
+        ip_hdr: &[u8],
+        udp_hdr: &[u8],
+        data: &[u8],
+        mem: &mut dyn Memory,
+    ) {
+        self.counters.rx_datagrams += 1;
+        if ip_hdr.len() < IPV4_HEADER_LEN || udp_hdr.len() < wire::UDP_HEADER_LEN {
+            self.counters.rx_truncated += 1;
+            return;
+        }
+        let Some(view) = self.check(data) else { return };
+        if self.cfg.verify_icrc && !view.icrc_ok(ip_hdr, udp_hdr) {
+            self.counters.rx_bad_icrc += 1;
+            return;
+        }
+        let src = Ipv4Addr::new(ip_hdr[12], ip_hdr[13], ip_hdr[14], ip_hdr[15]);
+        let ce = ip_hdr[1] & 3 == 3;
+        self.handle_ib(now, src, ce, data, mem);
+    }
+
+    fn check<'a>(&mut self, data: &'a [u8]) -> Option<PacketView<&'a [u8]>> {
+        match PacketView::new_checked(data) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                match e {
+                    WireError::Truncated => self.counters.rx_truncated += 1,
+                    WireError::UnknownOpcode(_) => self.counters.rx_unknown_opcode += 1,
+                    _ => self.counters.rx_malformed += 1,
+                }
+                None
+            }
+        }
+    }
+
+    fn handle_ib(&mut self, now: u64, src: Ipv4Addr, ce: bool, data: &[u8], mem: &mut dyn Memory) {
+        let pkt = match Packet::parse(data) {
+            Ok(p) => p,
+            Err(_) => {
+                self.counters.rx_malformed += 1;
+                return;
+            }
+        };
+        if pkt.bth.tver != 0 || (pkt.bth.pkey & 0x7fff) != (self.cfg.pkey & 0x7fff) {
+            self.counters.rx_bad_bth += 1;
+            return;
+        }
+        let Some(&i) = self.by_key.get(&(src, pkt.bth.dest_qpn)) else {
+            self.counters.rx_unknown_qp += 1;
+            return;
+        };
+        self.counters.rx_pkts += 1;
+        if ce {
+            self.counters.rx_ecn_ce += 1;
+        }
+        let RoceEndpoint {
+            cfg,
+            qps,
+            completions,
+            counters,
+            ..
+        } = self;
+        let mut ctx = Ctx {
+            cfg,
+            mem,
+            completions,
+            counters,
+            now,
+        };
+        qps[i].on_packet(&mut ctx, &pkt);
+    }
+
+    /// The next datagram to send, written into `buf` (at least MTU + 80 bytes); QPs take
+    /// turns.
+    pub fn poll_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<Transmit> {
+        let n = self.qps.len();
+        let RoceEndpoint {
+            cfg,
+            qps,
+            completions,
+            counters,
+            rr,
+            ..
+        } = self;
+        let mut ctx = Ctx {
+            cfg,
+            mem,
+            completions,
+            counters,
+            now,
+        };
+        for k in 0..n {
+            let i = (*rr + k) % n;
+            let qp = &mut qps[i];
+            if let Some(len) = qp.poll_transmit(&mut ctx, buf) {
+                *rr = (i + 1) % n;
+                ctx.counters.tx_pkts += 1;
+                ctx.counters.tx_bytes += len as u64;
+                return Some(Transmit {
+                    dst: qp.peer,
+                    src_port: qp.src_port,
+                    dst_port: wire::UDP_PORT,
+                    len,
+                });
+            }
+        }
+        None
+    }
+
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.qps.iter().filter_map(|q| q.next_deadline()).min()
+    }
+
+    pub fn handle_timeout(&mut self, now: u64) {
+        let RoceEndpoint {
+            cfg,
+            qps,
+            completions,
+            counters,
+            ..
+        } = self;
+        // Timers never touch memory.
+        let mut nomem = NoMemory;
+        let mut ctx = Ctx {
+            cfg,
+            mem: &mut nomem,
+            completions,
+            counters,
+            now,
+        };
+        for qp in qps.iter_mut() {
+            if qp.next_deadline().is_some_and(|t| t <= now) {
+                qp.on_timeout(&mut ctx);
+            }
+        }
+    }
+
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Engine-independent totals.
+    pub fn totals(&self) -> TransportTotals {
+        let k = &self.counters;
+        TransportTotals {
+            tx_pkts: k.tx_pkts,
+            tx_payload_bytes: k.tx_payload_bytes,
+            retx_pkts: k.retx_pkts,
+            rx_pkts: k.rx_pkts,
+            rx_duplicates: k.rx_duplicates,
+            timeouts: k.timeouts,
+            nacks_sent: k.seq_naks_sent + k.rnr_naks_sent + k.fatal_naks_sent,
+            nacks_received: k.seq_naks_received + k.rnr_naks_received + k.fatal_naks_received,
+        }
+    }
+}
+
+/// A [`Memory`] that refuses everything (timer handling needs none).
+struct NoMemory;
+
+impl Memory for NoMemory {
+    fn read_local(&mut self, _: u32, _: u64, _: &mut [u8]) -> Result<(), crate::mem::MemError> {
+        Err(crate::mem::MemError::UnknownKey)
+    }
+    fn write_local(&mut self, _: u32, _: u64, _: &[u8]) -> Result<(), crate::mem::MemError> {
+        Err(crate::mem::MemError::UnknownKey)
+    }
+    fn check_remote(
+        &mut self,
+        _: u32,
+        _: u32,
+        _: u64,
+        _: u64,
+        _: u32,
+    ) -> Result<(), crate::mem::MemError> {
+        Err(crate::mem::MemError::UnknownKey)
+    }
+    fn read_remote(
+        &mut self,
+        _: u32,
+        _: u32,
+        _: u64,
+        _: &mut [u8],
+    ) -> Result<(), crate::mem::MemError> {
+        Err(crate::mem::MemError::UnknownKey)
+    }
+    fn write_remote(
+        &mut self,
+        _: u32,
+        _: u32,
+        _: u64,
+        _: &[u8],
+    ) -> Result<(), crate::mem::MemError> {
+        Err(crate::mem::MemError::UnknownKey)
+    }
+    fn atomic_remote(
+        &mut self,
+        _: u32,
+        _: u32,
+        _: u64,
+        _: crate::mem::AtomicOp,
+    ) -> Result<u64, crate::mem::MemError> {
+        Err(crate::mem::MemError::UnknownKey)
+    }
+}
+
+impl Transport for RoceEndpoint {
+    fn connect(&mut self, peer: Ipv4Addr) -> ConnId {
+        RoceEndpoint::connect(self, peer)
+    }
+    fn create_stream(
+        &mut self,
+        c: ConnId,
+        local: u32,
+        remote: u32,
+        pd: u32,
+    ) -> Result<(), PostError> {
+        RoceEndpoint::create_stream(self, c, local, remote, pd)
+    }
+    fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError> {
+        RoceEndpoint::post_send(self, c, stream, wr)
+    }
+    fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
+        RoceEndpoint::post_recv(self, c, stream, wr)
+    }
+    fn handle_datagram(
+        &mut self,
+        now: u64,
+        src: Ipv4Addr,
+        src_port: u16,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn Memory,
+    ) {
+        RoceEndpoint::handle_datagram(self, now, src, src_port, ce, data, mem)
+    }
+    fn poll_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<Transmit> {
+        RoceEndpoint::poll_transmit(self, now, buf, mem)
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        RoceEndpoint::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: u64) {
+        RoceEndpoint::handle_timeout(self, now)
+    }
+    fn poll_completion(&mut self) -> Option<Completion> {
+        RoceEndpoint::poll_completion(self)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        RoceEndpoint::poll_event(self)
+    }
+    fn totals(&self) -> TransportTotals {
+        RoceEndpoint::totals(self)
+    }
+    fn udp_port(&self) -> u16 {
+        wire::UDP_PORT
+    }
+    fn accepts_connections(&self) -> bool {
+        false
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
