@@ -13,6 +13,8 @@ pub struct EndpointConfig {
     pub share_interval_ns: u64,
     /// Fraction of the inbound capacity handed out as hints (headroom keeps queues short).
     pub share_target: f64,
+    /// A sender silent this long leaves the fair-share set (ns).
+    pub active_timeout_ns: u64,
     /// Whether ACKs carry the receiver's fair-share hint.
     pub rate_hints: bool,
 }
@@ -24,7 +26,8 @@ impl Default for EndpointConfig {
             seed: 0x5eed_f00d,
             conn: ConnConfig::default(),
             share_interval_ns: 10_000,
-            share_target: 0.95,
+            share_target: 0.97,
+            active_timeout_ns: 80_000,
             rate_hints: true,
         }
     }
@@ -43,7 +46,9 @@ pub struct ConnConfig {
     pub min_rto_ns: u64,
     /// Upper bound of the retransmission timeout (ns).
     pub max_rto_ns: u64,
-    /// Retransmission timeout before the first RTT sample (ns).
+    /// Retransmission timeout before the first RTT sample (ns). Data-centre RTTs are tens
+    /// of microseconds; a connection that loses its whole first window must not sit out a
+    /// WAN-sized timeout.
     pub initial_rto_ns: u64,
     /// Reliable packets per path between two ACKs.
     pub ack_every: u32,
@@ -66,6 +71,12 @@ pub struct ConnConfig {
     pub probe_interval_ns: u64,
     /// Messages a stream accepts ahead of its oldest incomplete one.
     pub stream_window: u32,
+    /// Silence after which a connection starts cold again (ns): it asks the receiver for its
+    /// fair-share hint before sending data.
+    pub cold_after_ns: u64,
+    /// How long a receiver holds its answer to a hint request, so that requests arriving
+    /// together are counted together (ns).
+    pub hint_hold_ns: u64,
     /// DCTCP gain g for the per-path marked-fraction average.
     pub dctcp_g: f64,
     /// Floor of the multiplicative decrease factor.
@@ -80,7 +91,7 @@ impl Default for ConnConfig {
             initial_rtt_ns: 20_000,
             min_rto_ns: 100_000,
             max_rto_ns: 100_000_000,
-            initial_rto_ns: 1_000_000,
+            initial_rto_ns: 100_000,
             ack_every: 4,
             ack_delay_ns: 5_000,
             open_rto_ns: 1_000_000,
@@ -91,6 +102,8 @@ impl Default for ConnConfig {
             fail_after_rtos: 3,
             probe_interval_ns: 1_000_000,
             stream_window: 1024,
+            cold_after_ns: 1_000_000,
+            hint_hold_ns: 4_000,
             dctcp_g: 1.0 / 16.0,
             md_floor: 0.5,
         }

@@ -109,12 +109,12 @@ impl Stream {
         self.err_msn.is_some()
     }
 
-    /// Work request `msn` failed with `st`.
+    /// Work request `msn` failed with `st`. A WR that already finished (or is gone) is not
+    /// touched: a stale NACK must not put a healthy stream into error.
     fn fail_wr(&mut self, msn: u32, st: Status) {
-        if let Some(w) = self.wr_mut(msn) {
-            if w.status.is_none() {
-                w.status = Some(st);
-            }
+        match self.wr_mut(msn) {
+            Some(w) if !w.done() => w.status = Some(st),
+            _ => return,
         }
         let base = self.base_msn;
         let rel = |m: u32| m.wrapping_sub(base);
@@ -149,6 +149,8 @@ enum Ctrl {
     Close,
     CloseAck,
     Probe(u8),
+    /// Cold start: a PROBE with the BACKLOG flag asks the receiver for its fair-share hint.
+    HintRequest(u8),
     /// Answer to a probe on path .0, sent back with the probe's UDP source port .2.
     ProbeAck(u8, ProbeRepr, u16),
 }
@@ -185,7 +187,9 @@ pub struct Connection {
     pub hint_for_peer_mbps: u32,
     /// Bytes received and BACKLOG seen since the endpoint last looked (fair share input).
     pub(crate) rx_bytes_window: u64,
-    pub(crate) backlog_seen: bool,
+    /// Last time data arrived, and last time it carried the BACKLOG flag.
+    pub(crate) last_rx_at: u64,
+    pub(crate) backlog_at: u64,
     /// Bookkeeping of the endpoint's ready queue, timer heap and fair-share list.
     pub(crate) in_ready: bool,
     pub(crate) timer_at: Option<u64>,
@@ -193,6 +197,13 @@ pub struct Connection {
     no_progress_rtos: u32,
     /// Send time of the most recently sent packet acknowledged on any path (RACK).
     rack_time: u64,
+    /// Earliest time the next data packet may leave under the hint's pacing.
+    pace_next: u64,
+    /// When the last ACK arrived (0: never), for the cold-start rule.
+    last_ack_at: u64,
+    /// Outstanding cold-start hint request, and how many were sent without an answer.
+    hint_req_at: Option<u64>,
+    hint_tries: u32,
     pub counters: ConnCounters,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<Event>,
@@ -210,6 +221,14 @@ pub(crate) fn splitmix64(mut x: u64) -> u64 {
 pub fn path_entropy(seed: u64, i: u8, g: u32) -> u16 {
     49152 + (splitmix64(seed ^ ((i as u64) << 32) ^ g as u64) % 16384) as u16
 }
+
+/// Ethernet + IPv4 + UDP headers, FCS, preamble and inter-frame gap: what a packet costs on
+/// the wire beyond its UDP payload (pacing counts wire bytes, like the receiver's capacity).
+const WIRE_OVERHEAD: usize = 14 + 20 + 8 + 4 + 20;
+/// Packets a paced connection may send back to back after being idle.
+const PACE_BURST: u64 = 2;
+/// Unanswered cold-start hint requests before data goes out without a hint.
+const HINT_TRIES: u32 = 3;
 
 /// Path index of a NACK that names a request rather than a packet (paths are 0..=254).
 pub const NO_PATH: u8 = 255;
@@ -318,12 +337,17 @@ impl Connection {
             peer_hint_mbps: 0,
             hint_for_peer_mbps: 0,
             rx_bytes_window: 0,
-            backlog_seen: false,
+            last_rx_at: 0,
+            backlog_at: 0,
             in_ready: false,
             timer_at: None,
             in_rx_active: false,
             no_progress_rtos: 0,
             rack_time: 0,
+            pace_next: 0,
+            last_ack_at: 0,
+            hint_req_at: None,
+            hint_tries: 0,
             counters: ConnCounters::default(),
             completions: VecDeque::new(),
             events: VecDeque::new(),
@@ -563,7 +587,23 @@ impl Connection {
                 }
             }
             Body::Probe(p) => {
-                if (pkt.path as usize) < self.paths.len() {
+                let i = pkt.path as usize;
+                if i >= self.paths.len() {
+                    self.counters.rx_bad_path += 1;
+                } else if pkt.flags & flags::BACKLOG != 0 {
+                    // A hint request: count the sender as active now and answer with an ACK
+                    // on that path after `hint_hold`, so requests arriving together all see
+                    // the share that includes each other.
+                    self.last_rx_at = now;
+                    self.backlog_at = now.max(1);
+                    let rx = &mut self.rx_paths[i];
+                    rx.reply_port = src_port;
+                    rx.ts_echo = p.ts;
+                    rx.ts_arrival = now;
+                    if rx.hint_ack_at.is_none() {
+                        rx.hint_ack_at = Some(now + self.cfg.hint_hold_ns);
+                    }
+                } else {
                     self.ctrl_queue
                         .push_back(Ctrl::ProbeAck(pkt.path, *p, src_port));
                 }
@@ -601,7 +641,7 @@ impl Connection {
             self.counters.ecn_ce_received += 1;
         }
         if fl & flags::BACKLOG != 0 {
-            self.backlog_seen = true;
+            self.backlog_at = now.max(1);
         }
         // A sender's floor is never above its PSN nor more than the SACK span below it; a
         // floor that breaks this is ignored rather than allowed to jump the window.
@@ -625,6 +665,7 @@ impl Connection {
             RxVerdict::New { in_order } => match self.process(now, d, mem) {
                 Verdict::Accept => {
                     self.rx_bytes_window += d.payload.len() as u64;
+                    self.last_rx_at = now;
                     self.counters.rx_payload_bytes += d.payload.len() as u64;
                     let every = self.cfg.ack_every;
                     let rx = &mut self.rx_paths[p];
@@ -967,6 +1008,9 @@ impl Connection {
             return;
         }
         self.counters.acks_received += 1;
+        self.last_ack_at = now;
+        self.hint_req_at = None;
+        self.hint_tries = 0;
         if a.rate_hint_mbps != 0 {
             self.apply_hint(a.rate_hint_mbps);
         }
@@ -1085,9 +1129,12 @@ impl Connection {
             Some(ChunkRef::Req { stream, msn, chunk }) => {
                 (stream, msn, Some(ChunkRef::Req { stream, msn, chunk }))
             }
-            Some(ChunkRef::Resp { stream, msn, .. }) => {
-                // Our response was refused (the requester's stream vanished): stop resending.
-                if let Some(s) = self.streams.get_mut(&stream) {
+            Some(c @ ChunkRef::Resp { stream, msn, .. }) => {
+                if n.reason == NackReason::Sequence {
+                    // Outside the requester's window: resend later like a loss.
+                    self.retx.push_back((c, path));
+                } else if let Some(s) = self.streams.get_mut(&stream) {
+                    // Our response was refused (the requester's stream vanished): stop.
                     s.responses.remove(&msn);
                 }
                 return;
@@ -1303,6 +1350,15 @@ impl Connection {
         for p in &self.paths {
             min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, self.cfg.ack_delay_ns)));
         }
+        if self.peer_hint_mbps != 0 && self.has_unsent() && self.state == ConnState::Open {
+            min(Some(self.pace_next));
+        }
+        if let Some(at) = self.hint_req_at {
+            min(Some(at + self.cfg.initial_rto_ns));
+        }
+        for r in &self.rx_paths {
+            min(r.hint_ack_at);
+        }
         t
     }
 
@@ -1377,6 +1433,11 @@ impl Connection {
         }
         self.detect_time_losses(now);
         for i in 0..self.rx_paths.len() {
+            if self.rx_paths[i].hint_ack_at.is_some_and(|t| t <= now) {
+                self.rx_paths[i].hint_ack_at = None;
+                self.rx_paths[i].ack_now = true;
+                self.queue_ack(i as u8);
+            }
             if let Some(f) = self.rx_paths[i].first_unacked_at {
                 if f + self.cfg.ack_delay_ns <= now {
                     self.rx_paths[i].ack_now = true;
@@ -1506,6 +1567,19 @@ impl Connection {
                     self.peer_conn,
                 )
             }
+            Ctrl::HintRequest(i) => {
+                let p = &mut self.paths[i as usize];
+                p.counters.probes_sent += 1;
+                (
+                    Body::Probe(ProbeRepr {
+                        probe_seq: p.probe_seq,
+                        ts: (now as u32).max(1),
+                    }),
+                    i,
+                    p.entropy,
+                    self.peer_conn,
+                )
+            }
             Ctrl::ProbeAck(i, pr, reply_port) => (
                 Body::ProbeAck(ProbeRepr {
                     probe_seq: pr.probe_seq,
@@ -1517,7 +1591,11 @@ impl Connection {
             ),
         };
         let pkt = Packet {
-            flags: 0,
+            flags: if matches!(c, Ctrl::HintRequest(_)) {
+                flags::BACKLOG
+            } else {
+                0
+            },
             path,
             dst_conn: dst,
             body,
@@ -1685,6 +1763,33 @@ impl Connection {
     ) -> Option<(usize, u16)> {
         let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
         if inflight > 0 && inflight as f64 + self.mtu as f64 > self.conn_window() {
+            return None;
+        }
+        // Cold start: with no ACK heard (or none for `cold_after`), ask the receiver for its
+        // fair-share hint with a small PROBE and send data once its ACK arrives. N senders
+        // starting together then put N tiny probes, not N windows, into the receiver's queue.
+        let cold =
+            self.last_ack_at == 0 || now.saturating_sub(self.last_ack_at) > self.cfg.cold_after_ns;
+        if cold && inflight == 0 && self.has_unsent() && self.hint_tries < HINT_TRIES {
+            if self
+                .hint_req_at
+                .is_none_or(|t| now >= t + self.cfg.initial_rto_ns)
+            {
+                self.hint_req_at = Some(now);
+                self.hint_tries += 1;
+                let p = self
+                    .paths
+                    .iter()
+                    .position(|p| p.state == PathState::Good)
+                    .unwrap_or(0) as u8;
+                self.ctrl_queue.push_back(Ctrl::HintRequest(p));
+                return self.emit_ctrl(now, buf);
+            }
+            return None;
+        }
+        // Paced at the receiver's hint: the rate is what the receiver allots, whatever the
+        // RTT (a window of one packet per RTT would favour near senders).
+        if self.peer_hint_mbps != 0 && now < self.pace_next {
             return None;
         }
         // Nothing goes out unless some path has room for a full packet.
@@ -1876,6 +1981,13 @@ impl Connection {
             return Err(());
         }
         let len = wire::seal(buf, h + plen as usize);
+        if self.peer_hint_mbps != 0 {
+            // Token bucket: the hinted rate on wire bytes, a burst of at most PACE_BURST packets.
+            let wire = (len + WIRE_OVERHEAD) as f64;
+            let gap = (wire * 8000.0 / self.peer_hint_mbps as f64) as u64;
+            let burst = gap * PACE_BURST;
+            self.pace_next = self.pace_next.max(now.saturating_sub(burst)) + gap;
+        }
         let entropy = self.paths[pi].entropy;
         self.paths[pi].on_send(chunk, plen, now, retx);
         self.counters.tx_pkts += 1;

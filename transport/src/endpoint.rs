@@ -229,10 +229,10 @@ impl Endpoint {
             self.counters.drop_unknown_conn += 1;
             return;
         }
-        let before = conn.rx_bytes_window;
+        let before = conn.last_rx_at;
         conn.handle_packet(now, &pkt, src_port, ce, mem);
         let id = pkt.dst_conn;
-        if before == 0 && conn.rx_bytes_window > 0 && !conn.in_rx_active {
+        if conn.last_rx_at != before && !conn.in_rx_active {
             conn.in_rx_active = true;
             self.rx_active.push(id);
             self.on_new_sender(id);
@@ -254,6 +254,14 @@ impl Endpoint {
             cap / n
         };
         let hint = level.clamp(1.0, u32::MAX as f64) as u32;
+        self.last_level_mbps = level;
+        // Everyone's share just shrank: tell them in their next ACK, not an interval later.
+        for i in 0..self.rx_active.len() {
+            let cid = self.rx_active[i];
+            if let Some(c) = self.conns.get_mut(&cid) {
+                c.hint_for_peer_mbps = c.hint_for_peer_mbps.min(hint).max(1);
+            }
+        }
         if let Some(c) = self.conns.get_mut(&id) {
             c.hint_for_peer_mbps = hint;
         }
@@ -288,8 +296,13 @@ impl Endpoint {
         });
     }
 
-    /// Receiver-driven fair share: max-min over the connections that sent in the last
-    /// interval; demand-limited ones (no BACKLOG flag) count at their measured rate.
+    /// Receiver-driven fair share: max-min over the connections that sent recently;
+    /// demand-limited ones (no BACKLOG flag lately) count at their measured rate.
+    ///
+    /// A sender stays in the active set until it has been silent for `active_timeout`
+    /// (several intervals): at a fair share of a few Gbit/s a sender delivers one packet
+    /// every few tens of microseconds, so counting only those seen in the last interval
+    /// would miscount the senders and make the hint jump.
     fn update_shares(&mut self, now: u64) {
         let interval = self.cfg.share_interval_ns.max(1);
         let elapsed = if self.next_share_at == 0 {
@@ -301,19 +314,25 @@ impl Endpoint {
         if !self.cfg.rate_hints {
             return;
         }
+        let timeout = self.cfg.active_timeout_ns;
         let cap = self.cfg.line_rate_mbps as f64 * self.cfg.share_target;
         let active = std::mem::take(&mut self.rx_active);
         // (demand in Mbit/s or infinity, conn id)
         let mut demands: Vec<(f64, u32)> = Vec::with_capacity(active.len());
-        for id in &active {
-            if let Some(c) = self.conns.get_mut(id) {
-                let rate = c.rx_bytes_window as f64 * 8000.0 / elapsed.max(1) as f64;
-                let d = if c.backlog_seen { f64::INFINITY } else { rate };
-                demands.push((d, *id));
-                c.rx_bytes_window = 0;
-                c.backlog_seen = false;
+        for id in active {
+            let Some(c) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            if now.saturating_sub(c.last_rx_at) > timeout {
                 c.in_rx_active = false;
+                c.rx_bytes_window = 0;
+                continue;
             }
+            let rate = c.rx_bytes_window as f64 * 8000.0 / elapsed.max(1) as f64;
+            let backlogged = now.saturating_sub(c.backlog_at) <= timeout && c.backlog_at > 0;
+            demands.push((if backlogged { f64::INFINITY } else { rate }, id));
+            c.rx_bytes_window = 0;
+            self.rx_active.push(id);
         }
         if demands.is_empty() {
             return;

@@ -403,7 +403,10 @@ impl TxPath {
     /// DCTCP-style per-path window: marks shrink it at most once per window, random loss never.
     fn on_ecn(&mut self, cum: u32, ecn_ce: u32, out: &AckOutcome, cfg: &ConnConfig) {
         let new_marks = ecn_ce.wrapping_sub(self.last_ce);
-        self.last_ce = ecn_ce;
+        // An older, reordered ACK carries a smaller count: ignore it rather than move back.
+        if new_marks < 1 << 30 {
+            self.last_ce = ecn_ce;
+        }
         if new_marks > 0 && new_marks < 1 << 30 {
             self.counters.ecn_echoed += new_marks as u64;
             self.win_marked += new_marks as u64;
@@ -455,6 +458,9 @@ impl TxPath {
         }
         self.inflight_bytes = 0;
         self.trim();
+        // Everything in flight was lost: a strong sign of congestion (or a dead route), unlike
+        // a random loss. Restart the window small; a receiver's hint restores it at once.
+        self.cwnd = (self.cwnd / 4.0).max(self.mtu);
         self.counters.rtos += 1;
         self.rto_count += 1;
         self.rto_ns = (self.rto_ns * 2).min(cfg.max_rto_ns);
@@ -497,6 +503,8 @@ pub struct RxPath {
     pub ack_now: bool,
     /// UDP source port of the latest packet on this path: ACKs and NACKs go back with it.
     pub reply_port: u16,
+    /// A cold-start hint request is answered (with an ACK) at this time.
+    pub hint_ack_at: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
