@@ -189,6 +189,14 @@ pub trait Host {
     /// "nothing until my next input": the NIC will not ask again before the next
     /// `handle_datagram`, `handle_timeout` or wake.
     fn poll_transmit(&mut self, now: Nanos) -> Option<Datagram>;
+    /// Multi-port hosts: the next packet for one of the NIC ports whose bit is set in
+    /// `ready` (they have room), and the port to send it on. A host that answers with a port
+    /// is polled whenever any port has room, so a busy plane never blocks the others; `None`
+    /// as the port means "hash the 5-tuple" (the default, which asks `poll_transmit`).
+    fn poll_transmit_ports(&mut self, now: Nanos, ready: u64) -> Option<(Datagram, Option<usize>)> {
+        let _ = ready;
+        self.poll_transmit(now).map(|d| (d, None))
+    }
     /// Earliest time the host wants `handle_timeout` called (None = no timer).
     fn poll_timeout(&mut self) -> Option<Nanos>;
     /// The deadline returned by `poll_timeout` has been reached.

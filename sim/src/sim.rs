@@ -167,6 +167,11 @@ struct HostSlot<H> {
     full_ports: u32,
     /// False after `poll_transmit` returned None, until the host gets new input.
     wants_poll: bool,
+    /// The host chooses NIC ports itself (it answered `poll_transmit_ports` with a port).
+    port_aware: bool,
+    /// Ports that had room when a port-aware host last said it had nothing: a port outside
+    /// this set gaining room is worth asking again.
+    idle_ready: u64,
     /// Last answer of `poll_timeout`.
     deadline: Option<Nanos>,
     /// Earliest Timer event of this host still in the queue, if known.
@@ -268,6 +273,8 @@ impl<H: Host> Sim<H> {
                     })
                     .collect(),
                 full_ports: 0,
+                port_aware: false,
+                idle_ready: 0,
                 wants_poll: true,
                 deadline: None,
                 pending_timer: None,
@@ -837,13 +844,31 @@ impl<H: Host> Sim<H> {
         let now = self.now;
         loop {
             let nports = self.hosts[h].ports.len();
-            while nports > 0 && self.hosts[h].wants_poll && self.hosts[h].full_ports == 0 {
+            let cap = self.nic_cap;
+            while nports > 0 && self.hosts[h].wants_poll {
                 let slot = &mut self.hosts[h];
-                match slot.host.poll_transmit(now) {
+                let ready = slot
+                    .ports
+                    .iter()
+                    .take(64)
+                    .enumerate()
+                    .filter(|(_, p)| p.queue.len() < cap)
+                    .fold(0u64, |m, (i, _)| m | 1 << i);
+                // A hashing host may land on any port, so it waits for every port to have
+                // room; a port-aware host only needs one.
+                if ready == 0 || (!slot.port_aware && slot.full_ports != 0) {
+                    break;
+                }
+                match slot.host.poll_transmit_ports(now, ready) {
                     None => {
                         slot.wants_poll = false;
+                        slot.idle_ready = ready;
                     }
-                    Some(d) => {
+                    Some((d, Some(port))) if port < nports => {
+                        slot.port_aware = true;
+                        self.nic_send(h, port, d);
+                    }
+                    Some((d, _)) => {
                         let port = nic_port_for(d.src_ip, d.dst_ip, d.src_port, d.dst_port, nports);
                         self.nic_send(h, port, d);
                     }
@@ -983,8 +1008,12 @@ impl<H: Host> Sim<H> {
             }
             self.nic_start_tx(h, port, d);
         }
-        let slot = &self.hosts[h];
-        if slot.wants_poll && slot.full_ports == 0 {
+        let slot = &mut self.hosts[h];
+        if slot.port_aware && !slot.wants_poll && port < 64 && slot.idle_ready >> port & 1 == 0 {
+            // This port was full when the host last had nothing for the others.
+            slot.wants_poll = true;
+        }
+        if slot.wants_poll && (slot.full_ports == 0 || slot.port_aware) {
             self.service_host(h, false);
         }
     }

@@ -490,16 +490,3 @@ fn wrong_rkey_write_fails_with_remote_access_and_leaves_memory_untouched() {
     let rt = sim.host(c).ep.totals();
     assert_eq!(rt.nacks_received, 1);
 }
-
-/// Goodput of the same runs with the native engine.
-fn native(spec: &WorkloadSpec, loss: f64, seed: u64) -> RunReport {
-    TwoHostRun {
-        fabric: Fabric::BackToBack,
-        workload: spec.clone(),
-        faults: FaultConfig::loss(loss),
-        seed,
-        limit_ns: 60_000_000_000,
-        ..TwoHostRun::default()
-    }
-    .run()
-}

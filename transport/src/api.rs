@@ -148,6 +148,8 @@ pub struct Transmit {
     pub dst_port: u16,
     /// Bytes of the buffer to send.
     pub len: usize,
+    /// NIC port (plane) to send it on; 0 on single-port hosts.
+    pub port: u8,
 }
 
 /// Why a work request or stream operation was refused at post time.
@@ -201,6 +203,22 @@ pub trait Transport {
         data: &[u8],
         mem: &mut dyn crate::mem::Memory,
     );
+    /// As `handle_datagram`, for a datagram that arrived on NIC port (plane) `nic_port`:
+    /// answers on that path go back on the same plane.
+    #[allow(clippy::too_many_arguments)]
+    fn handle_datagram_port(
+        &mut self,
+        now: u64,
+        src: std::net::Ipv4Addr,
+        src_port: u16,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn crate::mem::Memory,
+        nic_port: u8,
+    ) {
+        let _ = nic_port;
+        self.handle_datagram(now, src, src_port, ce, data, mem)
+    }
     /// The next datagram to send, written into `buf`.
     fn poll_transmit(
         &mut self,
@@ -208,6 +226,18 @@ pub trait Transport {
         buf: &mut [u8],
         mem: &mut dyn crate::mem::Memory,
     ) -> Option<Transmit>;
+    /// Multi-port (multi-plane) hosts: the next datagram for one of the NIC ports whose bit
+    /// is set in `ready` (they have room). Engines without port awareness ignore the mask.
+    fn poll_transmit_ports(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn crate::mem::Memory,
+        ready: u64,
+    ) -> Option<Transmit> {
+        let _ = ready;
+        self.poll_transmit(now, buf, mem)
+    }
     fn poll_timeout(&self) -> Option<u64>;
     fn handle_timeout(&mut self, now: u64);
     fn poll_completion(&mut self) -> Option<Completion>;

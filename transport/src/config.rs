@@ -17,6 +17,9 @@ pub struct EndpointConfig {
     pub active_timeout_ns: u64,
     /// Whether ACKs carry the receiver's fair-share hint.
     pub rate_hints: bool,
+    /// NIC ports of this host, one per fabric plane: path i starts on plane i mod
+    /// `nic_ports` and a failed path moves to the next plane.
+    pub nic_ports: u8,
 }
 
 impl Default for EndpointConfig {
@@ -29,6 +32,7 @@ impl Default for EndpointConfig {
             share_target: 0.97,
             active_timeout_ns: 80_000,
             rate_hints: true,
+            nic_ports: 1,
         }
     }
 }

@@ -151,6 +151,8 @@ enum Ctrl {
     Probe(u8),
     /// Cold start: a PROBE with the BACKLOG flag asks the receiver for its fair-share hint.
     HintRequest(u8),
+    /// A path living away from its home plane checks whether the home plane works again.
+    HomeProbe(u8),
     /// Answer to a probe on path .0, sent back with the probe's UDP source port .2.
     ProbeAck(u8, ProbeRepr, u16),
 }
@@ -181,6 +183,12 @@ pub struct Connection {
     ctrl_at: Option<u64>,
     ctrl_tries: u32,
     rr: usize,
+    /// NIC ports (planes) of this host; ports with room for the packet being built; the port
+    /// the last packet was built for; a path had room but its plane had none.
+    nic_ports: u8,
+    tx_ready: u64,
+    last_tx_port: u8,
+    pub(crate) port_blocked: bool,
     /// Fair-share rate the peer's receiver hinted to us (Mbit/s), sender side.
     pub peer_hint_mbps: u32,
     /// Fair-share rate we hint to the peer in our ACKs (set by the endpoint).
@@ -334,6 +342,10 @@ impl Connection {
             ctrl_at: None,
             ctrl_tries: 0,
             rr: 0,
+            nic_ports: 1,
+            tx_ready: 1,
+            last_tx_port: 0,
+            port_blocked: false,
             peer_hint_mbps: 0,
             hint_for_peer_mbps: 0,
             rx_bytes_window: 0,
@@ -358,6 +370,27 @@ impl Connection {
         c
     }
 
+    pub(crate) fn set_nic_ports(&mut self, n: u8) {
+        self.nic_ports = n.max(1);
+    }
+
+    /// Port for a packet that is not data (ACK, NACK, control): the path's plane when it has
+    /// room, else the lowest port that has.
+    fn ctrl_port(&self, path: u8) -> u8 {
+        // The plane the peer's packets of this path arrive on (reflection), else our own.
+        let plane = match self.rx_paths.get(path as usize) {
+            Some(r) if r.reply_port != 0 => r.reply_plane,
+            _ => self.paths.get(path as usize).map(|p| p.plane).unwrap_or(0),
+        };
+        if plane < 64 && self.tx_ready >> plane & 1 == 1 {
+            plane
+        } else {
+            self.tx_ready
+                .trailing_zeros()
+                .min(self.nic_ports as u32 - 1) as u8
+        }
+    }
+
     /// Apply the parameters both sides agreed on and build the paths.
     pub(crate) fn establish(&mut self, peer: &OpenRepr) {
         let n = self.cfg.paths.min(peer.paths).max(1);
@@ -379,6 +412,12 @@ impl Connection {
                 )
             })
             .collect();
+        let planes = self.nic_ports;
+        for p in &mut self.paths {
+            p.planes = planes;
+            p.plane = p.index % planes;
+            p.home_plane = p.plane;
+        }
         self.rx_paths = (0..n).map(|_| RxPath::default()).collect();
         self.ack_queued = vec![false; n as usize];
         self.peer_conn = peer.src_conn;
@@ -551,9 +590,14 @@ impl Connection {
         now: u64,
         pkt: &Packet<'_>,
         src_port: u16,
+        nic_port: u8,
         ce: bool,
         mem: &mut dyn Memory,
     ) {
+        // Plane reflection: answers on this path leave on the plane the path arrives on.
+        if let Some(rx) = self.rx_paths.get_mut(pkt.path as usize) {
+            rx.reply_plane = nic_port;
+        }
         match &pkt.body {
             Body::Data(d) => self.on_data(now, pkt.path, pkt.flags, d, src_port, ce, mem),
             Body::Ack(a) => self.on_ack(now, pkt.path, a),
@@ -1200,6 +1244,13 @@ impl Connection {
 
     fn on_probe_ack(&mut self, path: u8, pr: &ProbeRepr) {
         if let Some(tp) = self.paths.get_mut(path as usize) {
+            if tp.home_probe_seq == Some(pr.probe_seq) {
+                // The home plane answers again: go back, so every plane carries its share.
+                tp.plane = tp.home_plane;
+                tp.home_probe_seq = None;
+                tp.home_probe_at = None;
+                return;
+            }
             // Only the latest probe vouches for the current route: an older one may have
             // travelled on a port the path has since left.
             if tp.state != PathState::Good && pr.probe_seq == tp.probe_seq {
@@ -1359,6 +1410,9 @@ impl Connection {
         for r in &self.rx_paths {
             min(r.hint_ack_at);
         }
+        for p in &self.paths {
+            min(p.home_probe_at);
+        }
         t
     }
 
@@ -1416,6 +1470,7 @@ impl Connection {
                             // Probing: every probe tries a new route.
                             p.generation = p.generation.wrapping_add(1);
                             p.entropy = path_entropy(self.seed, i as u8, p.generation);
+                            p.move_plane();
                             p.counters.reroutes += 1;
                             self.cfg.probe_interval_ns
                         }
@@ -1432,6 +1487,20 @@ impl Connection {
             }
         }
         self.detect_time_losses(now);
+        for i in 0..self.paths.len() {
+            let interval = self.cfg.probe_interval_ns;
+            let p = &mut self.paths[i];
+            if p.plane == p.home_plane {
+                p.home_probe_at = None;
+            } else if p.home_probe_at.is_none() {
+                p.home_probe_at = Some(now + interval);
+            } else if p.home_probe_at.is_some_and(|t| t <= now) {
+                p.home_probe_at = Some(now + interval);
+                if p.state == PathState::Good {
+                    self.ctrl_queue.push_back(Ctrl::HomeProbe(i as u8));
+                }
+            }
+        }
         for i in 0..self.rx_paths.len() {
             if self.rx_paths[i].hint_ack_at.is_some_and(|t| t <= now) {
                 self.rx_paths[i].hint_ack_at = None;
@@ -1476,7 +1545,32 @@ impl Connection {
     // ---- transmit -----------------------------------------------------------------------
 
     /// Next datagram to send, written into `buf`; returns (length, UDP source port).
+    /// Next datagram for one of the NIC ports in `ready`, written into `buf`; returns
+    /// (length, UDP source port, NIC port).
     pub(crate) fn poll_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+        ready: u64,
+    ) -> Option<(usize, u16, u8)> {
+        let mask = if self.nic_ports >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.nic_ports) - 1
+        };
+        self.tx_ready = ready & mask;
+        self.port_blocked = false;
+        if self.tx_ready == 0 {
+            self.port_blocked = true;
+            return None;
+        }
+        self.last_tx_port = 0;
+        let out = self.poll_transmit_inner(now, buf, mem)?;
+        Some((out.0, out.1, self.last_tx_port))
+    }
+
+    fn poll_transmit_inner(
         &mut self,
         now: u64,
         buf: &mut [u8],
@@ -1499,6 +1593,7 @@ impl Connection {
                 dst_conn: self.peer_conn,
                 body: Body::Nack(n),
             };
+            self.last_tx_port = self.ctrl_port(path);
             // Reflect the refused packet's source port, like an ACK.
             let port = self
                 .rx_paths
@@ -1567,6 +1662,24 @@ impl Connection {
                     self.peer_conn,
                 )
             }
+            Ctrl::HomeProbe(i) => {
+                let p = &mut self.paths[i as usize];
+                p.probe_seq = p.probe_seq.wrapping_add(1);
+                p.home_probe_seq = Some(p.probe_seq);
+                p.counters.probes_sent += 1;
+                let (seq, port, home) = (p.probe_seq, p.entropy, p.home_plane);
+                let pkt = Packet {
+                    flags: 0,
+                    path: i,
+                    dst_conn: self.peer_conn,
+                    body: Body::Probe(ProbeRepr {
+                        probe_seq: seq,
+                        ts: now as u32,
+                    }),
+                };
+                self.last_tx_port = home;
+                return pkt.emit(buf).ok().map(|l| (l, port));
+            }
             Ctrl::HintRequest(i) => {
                 let p = &mut self.paths[i as usize];
                 p.counters.probes_sent += 1;
@@ -1590,6 +1703,7 @@ impl Connection {
                 self.peer_conn,
             ),
         };
+        self.last_tx_port = self.ctrl_port(path);
         let pkt = Packet {
             flags: if matches!(c, Ctrl::HintRequest(_)) {
                 flags::BACKLOG
@@ -1621,6 +1735,7 @@ impl Connection {
             ack_delay_ns: now.saturating_sub(rx.ts_arrival).min(u32::MAX as u64) as u32,
         };
         self.counters.acks_sent += 1;
+        self.last_tx_port = self.ctrl_port(p);
         let pkt = Packet {
             flags: 0,
             path: p,
@@ -1662,6 +1777,10 @@ impl Connection {
                 p.failed_at == newest
             };
             if !usable || !p.has_room(bytes) {
+                continue;
+            }
+            if p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+                self.port_blocked = true; // would go, but its NIC port is full
                 continue;
             }
             let l = p.load();
@@ -1989,6 +2108,7 @@ impl Connection {
             self.pace_next = self.pace_next.max(now.saturating_sub(burst)) + gap;
         }
         let entropy = self.paths[pi].entropy;
+        self.last_tx_port = self.paths[pi].plane;
         self.paths[pi].on_send(chunk, plen, now, retx);
         self.counters.tx_pkts += 1;
         self.counters.tx_payload_bytes += plen as u64;

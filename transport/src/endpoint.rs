@@ -77,7 +77,8 @@ impl Endpoint {
     pub fn connect_with(&mut self, peer: Ipv4Addr, cc: ConnConfig) -> ConnId {
         let id = self.new_conn_id();
         let seed = splitmix64(self.cfg.seed ^ id as u64);
-        let c = Connection::new(ConnId(id), peer, 0, cc, self.cfg.line_rate_mbps, seed);
+        let mut c = Connection::new(ConnId(id), peer, 0, cc, self.cfg.line_rate_mbps, seed);
+        c.set_nic_ports(self.cfg.nic_ports);
         self.conns.insert(id, c);
         self.touch(id);
         ConnId(id)
@@ -194,6 +195,21 @@ impl Endpoint {
         data: &[u8],
         mem: &mut dyn Memory,
     ) {
+        self.handle_datagram_port(now, src, src_port, ce, data, mem, 0)
+    }
+
+    /// As `handle_datagram`, for a datagram that arrived on NIC port (plane) `nic_port`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_datagram_port(
+        &mut self,
+        now: u64,
+        src: Ipv4Addr,
+        src_port: u16,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn Memory,
+        nic_port: u8,
+    ) {
         self.counters.rx_datagrams += 1;
         let pkt = match Packet::parse(data) {
             Ok(p) => p,
@@ -230,7 +246,7 @@ impl Endpoint {
             return;
         }
         let before = conn.last_rx_at;
-        conn.handle_packet(now, &pkt, src_port, ce, mem);
+        conn.handle_packet(now, &pkt, src_port, nic_port, ce, mem);
         let id = pkt.dst_conn;
         if conn.last_rx_at != before && !conn.in_rx_active {
             conn.in_rx_active = true;
@@ -285,6 +301,7 @@ impl Endpoint {
             self.cfg.line_rate_mbps,
             seed,
         );
+        c.set_nic_ports(self.cfg.nic_ports);
         c.establish(o);
         c.queue_open_ack();
         self.conns.insert(id, c);
@@ -365,6 +382,17 @@ impl Endpoint {
         buf: &mut [u8],
         mem: &mut dyn Memory,
     ) -> Option<Transmit> {
+        self.poll_transmit_ports(now, buf, mem, u64::MAX)
+    }
+
+    /// The next datagram for one of the NIC ports whose bit is set in `ready`.
+    pub fn poll_transmit_ports(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+        ready: u64,
+    ) -> Option<Transmit> {
         // Round robin over the connections that may have something to send, so one busy peer
         // cannot starve the others; a connection with nothing to send leaves the queue until
         // something happens to it.
@@ -378,9 +406,14 @@ impl Endpoint {
                 continue;
             };
             conn.in_ready = false;
-            let out = conn.poll_transmit(now, buf, mem);
+            let out = conn.poll_transmit(now, buf, mem, ready);
             let peer = conn.peer;
-            if let Some((len, port)) = out {
+            if out.is_none() && conn.port_blocked {
+                // It has something, only not for the ports offered now: keep it queued.
+                conn.in_ready = true;
+                self.ready.push_back(id);
+            }
+            if let Some((len, port, nic)) = out {
                 self.touch(id); // back in the queue, at the tail
                 self.counters.tx_datagrams += 1;
                 return Some(Transmit {
@@ -388,6 +421,7 @@ impl Endpoint {
                     src_port: port,
                     dst_port: NATIVE_UDP_PORT,
                     len,
+                    port: nic,
                 });
             }
             // Idle: keep it out of the ready queue, but collect its output and timer.
@@ -509,6 +543,27 @@ impl crate::api::Transport for Endpoint {
         mem: &mut dyn Memory,
     ) -> Option<Transmit> {
         Endpoint::poll_transmit(self, now, buf, mem)
+    }
+    fn handle_datagram_port(
+        &mut self,
+        now: u64,
+        src: Ipv4Addr,
+        src_port: u16,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn Memory,
+        nic_port: u8,
+    ) {
+        Endpoint::handle_datagram_port(self, now, src, src_port, ce, data, mem, nic_port)
+    }
+    fn poll_transmit_ports(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+        ready: u64,
+    ) -> Option<Transmit> {
+        Endpoint::poll_transmit_ports(self, now, buf, mem, ready)
     }
     fn poll_timeout(&self) -> Option<u64> {
         Endpoint::poll_timeout(self)

@@ -49,6 +49,13 @@ pub struct TxPath {
     pub state: PathState,
     /// Current UDP source port.
     pub entropy: u16,
+    /// NIC port (fabric plane) the path is on, of `planes`; the plane it started on, which
+    /// it probes to return to after moving away from a failure.
+    pub plane: u8,
+    pub planes: u8,
+    pub home_plane: u8,
+    pub(crate) home_probe_at: Option<u64>,
+    pub(crate) home_probe_seq: Option<u32>,
     pub generation: u32,
     pub next_psn: u32,
     /// PSN of `sent[0]`.
@@ -106,6 +113,11 @@ impl TxPath {
             index,
             state: PathState::Good,
             entropy,
+            plane: 0,
+            planes: 1,
+            home_plane: 0,
+            home_probe_at: None,
+            home_probe_seq: None,
             generation: 0,
             next_psn: 0,
             base_psn: 0,
@@ -439,6 +451,12 @@ impl TxPath {
         }
     }
 
+    /// Re-route across planes too: a dead plane is left, not just a dead ECMP route.
+    pub(crate) fn move_plane(&mut self) {
+        self.plane = (self.plane + 1) % self.planes.max(1);
+        self.home_probe_seq = None;
+    }
+
     /// Deadline of the tail-loss timer: the oldest packet in flight plus the RTO.
     pub fn rto_deadline(&self) -> Option<u64> {
         self.sent
@@ -477,6 +495,7 @@ impl TxPath {
 
     /// Give up on the current route: new entropy (re-route), probe for it.
     pub(crate) fn fail(&mut self, now: u64) {
+        self.move_plane();
         self.state = PathState::Probing;
         self.failed_at = now;
         self.probe_at = Some(now);
@@ -505,6 +524,8 @@ pub struct RxPath {
     pub reply_port: u16,
     /// A cold-start hint request is answered (with an ACK) at this time.
     pub hint_ack_at: Option<u64>,
+    /// NIC port (plane) the latest packet of this path arrived on: answers leave on it.
+    pub reply_plane: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -341,6 +341,7 @@ impl RoceEndpoint {
                     src_port: qp.src_port,
                     dst_port: wire::UDP_PORT,
                     len,
+                    port: 0,
                 });
             }
         }
