@@ -36,6 +36,23 @@ ferroce_version_ge() {
     [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
 }
 
+# DPDK for the dataplane crates (dataplane/dpdk-sys binds the system's DPDK 22.11 with bindgen):
+# headers and pkg-config file, the PMD plugins, pkg-config, and clang/libclang for bindgen.
+# Installs only what is missing. Hugepages and network namespaces are not set up here: the
+# DPDK tests reserve/create what they need and release/remove it themselves.
+ferroce_setup_dpdk() {
+    local missing=()
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    pkg-config --exists libdpdk 2>/dev/null || missing+=(libdpdk-dev)
+    compgen -G "/usr/lib/*/dpdk/pmds-*/librte_net_af_packet.so*" >/dev/null || missing+=(dpdk)
+    command -v clang >/dev/null 2>&1 || missing+=(clang)
+    compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null || missing+=(libclang-dev)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        ferroce_apt_install "${missing[@]}" || return 1
+    fi
+    ferroce_log "DPDK $(pkg-config --modversion libdpdk), $(clang --version | head -n1)"
+}
+
 ferroce_setup() {
     local want_tests="${1:-}"
 
@@ -49,6 +66,9 @@ ferroce_setup() {
     if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
         ferroce_apt_install build-essential
     fi
+
+    # The workspace's dataplane crates need the system DPDK.
+    ferroce_setup_dpdk || return 1
 
     if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
         cat >&2 <<MSG

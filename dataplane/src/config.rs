@@ -1,0 +1,969 @@
+//! The engine's configuration: TOML through serde, overridable by `--set a.b=v` flags and
+//! `FERROCE_DP__A__B=v` environment variables (flags win), checked with errors that name the
+//! field; and [`run_engine`], which brings EAL, the port, the engine and an optional workload
+//! up from it (what `ferroce dataplane --config FILE` runs).
+
+use crate::app::{self, WorkloadResult};
+use crate::engine::{self, Engine, EngineParams};
+use crate::fault::FaultConfig;
+use crate::net;
+use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
+use ferroce_harness::workload::{OpKind, WorkloadSpec};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub eal: EalSection,
+    pub port: PortSection,
+    pub net: NetSection,
+    pub transport: TransportSection,
+    pub fault: FaultSection,
+    pub engine: EngineSection,
+    pub counters: CountersSection,
+    pub capture: CaptureSection,
+    pub workload: WorkloadSection,
+}
+
+/// EAL arguments, passed to `rte_eal_init` unchanged. Empty: [`default_eal_args`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EalSection {
+    pub args: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PortSection {
+    /// A vdev to create: "<driver><n>[,<args>]", e.g.
+    /// "net_af_packet0,iface=veth0,framecnt=8192" or "net_tap0,iface=ft0".
+    pub vdev: Option<String>,
+    /// Or a device EAL probed itself (PCI address, or a `--vdev` in eal.args).
+    pub device: Option<String>,
+    /// IP MTU of the link (frames up to mtu + 14 bytes).
+    pub mtu: u16,
+    /// Also set it on the device (rte_eth_dev_set_mtu).
+    pub set_mtu: bool,
+    pub rx_desc: u16,
+    pub tx_desc: u16,
+    pub mbufs: u32,
+    pub mbuf_cache: u32,
+    pub promiscuous: bool,
+}
+
+impl Default for PortSection {
+    fn default() -> Self {
+        PortSection {
+            vdev: None,
+            device: None,
+            mtu: 1500,
+            set_mtu: false,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            mbufs: 16383,
+            mbuf_cache: 256,
+            promiscuous: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Neighbor {
+    pub ip: String,
+    pub mac: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetSection {
+    /// The engine's own IPv4 address. With net_af_packet/net_tap the kernel sees every
+    /// frame too: use an address the kernel does not have (design.md §4).
+    pub address: String,
+    /// Static neighbours (ARP resolves the others).
+    pub neighbors: Vec<Neighbor>,
+    pub ttl: u8,
+    /// Send ECT(0), so CE marks can be set on the way.
+    pub ecn: bool,
+    /// Verify nonzero UDP checksums. Default: yes, except on kernel-backed PMDs
+    /// (net_af_packet, net_tap, net_af_xdp), where frames from the local kernel carry only
+    /// checksum offload's partial sum.
+    pub verify_udp_checksum: Option<bool>,
+}
+
+impl Default for NetSection {
+    fn default() -> Self {
+        NetSection {
+            address: String::new(),
+            neighbors: Vec::new(),
+            ttl: 64,
+            ecn: true,
+            verify_udp_checksum: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransportSection {
+    pub seed: u64,
+    /// The link's rate (Mbit/s): the receiver's fair share and the initial window use it.
+    pub line_rate_mbps: u32,
+    pub paths: u8,
+    pub initial_rtt_us: u64,
+    pub min_rto_us: u64,
+    pub max_rto_us: u64,
+    pub initial_rto_us: u64,
+    pub ack_every: u32,
+    pub ack_delay_us: u64,
+}
+
+impl Default for TransportSection {
+    fn default() -> Self {
+        TransportSection {
+            seed: 1,
+            line_rate_mbps: 10_000,
+            paths: 8,
+            initial_rtt_us: 50,
+            min_rto_us: 2_000,
+            max_rto_us: 200_000,
+            initial_rto_us: 5_000,
+            ack_every: 4,
+            ack_delay_us: 20,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultSection {
+    /// Faults on frames the engine sends.
+    pub tx: FaultConfig,
+    /// Faults on frames the engine receives.
+    pub rx: FaultConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSection {
+    pub burst: u16,
+    pub idle_polls_before_sleep: u32,
+    pub idle_sleep_us: u64,
+    pub queue_depth: usize,
+    /// Worker lcore to run the loop on (default: the first worker; a thread if none).
+    pub lcore: Option<u32>,
+    pub stop_on_link_down: bool,
+    /// Without a workload: run this long (default: until SIGINT/SIGTERM).
+    pub duration_s: Option<f64>,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        EngineSection {
+            burst: 32,
+            idle_polls_before_sleep: 2000,
+            idle_sleep_us: 20,
+            queue_depth: 4096,
+            lcore: None,
+            stop_on_link_down: false,
+            duration_s: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CountersSection {
+    /// Write the counters (JSON) here every `interval_ms` and at exit (`ferroce stats` reads it).
+    pub json: Option<PathBuf>,
+    pub interval_ms: u64,
+}
+
+impl Default for CountersSection {
+    fn default() -> Self {
+        CountersSection {
+            json: None,
+            interval_ms: 200,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CaptureSection {
+    /// Capture what the engine sends and receives (pcap, ns timestamps).
+    pub pcap: Option<PathBuf>,
+    pub snaplen: u32,
+}
+
+impl Default for CaptureSection {
+    fn default() -> Self {
+        CaptureSection {
+            pcap: None,
+            snaplen: 256,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkloadSection {
+    /// "none", "server" or "client".
+    pub role: String,
+    /// The server's address (client).
+    pub peer: Option<String>,
+    pub streams: u32,
+    pub messages: u32,
+    pub sizes: Vec<u32>,
+    /// send, send_imm, write, write_imm, read, fetch_add, cmp_swap.
+    pub ops: Vec<String>,
+    pub depth: u32,
+    pub recv_depth: u32,
+    pub seed: u64,
+    pub timeout_s: f64,
+    /// Also write the result (JSON) here.
+    pub result_json: Option<PathBuf>,
+}
+
+impl Default for WorkloadSection {
+    fn default() -> Self {
+        WorkloadSection {
+            role: "none".into(),
+            peer: None,
+            streams: 2,
+            messages: 200,
+            sizes: vec![1, 64, 1000, 1408, 4097, 20_000],
+            ops: vec![
+                "send".into(),
+                "send_imm".into(),
+                "write".into(),
+                "write_imm".into(),
+                "read".into(),
+                "fetch_add".into(),
+                "cmp_swap".into(),
+            ],
+            depth: 8,
+            recv_depth: 16,
+            seed: 1,
+            timeout_s: 60.0,
+            result_json: None,
+        }
+    }
+}
+
+/// A configuration error, naming the field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn field(name: &str, msg: impl std::fmt::Display) -> ConfigError {
+    ConfigError(format!("config field `{name}`: {msg}"))
+}
+
+/// EAL arguments used when `eal.args` is empty: no hugepages, no PCI scan, no shared
+/// config, a per-process file prefix, two lcores that may run on any CPU (so two processes on
+/// a small machine do not pin onto the same core), quiet logs.
+pub fn default_eal_args() -> Vec<String> {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let set = if cpus > 1 {
+        format!("0-{}", cpus - 1)
+    } else {
+        "0".into()
+    };
+    vec![
+        "--no-huge".into(),
+        "--no-pci".into(),
+        "--no-shconf".into(),
+        "-m".into(),
+        "256".into(),
+        format!("--file-prefix=ferroce-{}", std::process::id()),
+        format!("--lcores=0@({set}),1@({set})"),
+        "--log-level=warning".into(),
+    ]
+}
+
+fn parse_value(v: &str) -> toml::Value {
+    match format!("x = {v}").parse::<toml::Table>() {
+        Ok(mut t) => t
+            .remove("x")
+            .unwrap_or_else(|| toml::Value::String(v.into())),
+        Err(_) => toml::Value::String(v.into()),
+    }
+}
+
+fn set_path(doc: &mut toml::Table, path: &str, v: toml::Value) -> Result<(), ConfigError> {
+    let parts: Vec<&str> = path.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(ConfigError(format!("override `{path}`: empty key")));
+    }
+    let mut t = doc;
+    for p in &parts[..parts.len() - 1] {
+        let e = t
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        t = match e {
+            toml::Value::Table(t) => t,
+            _ => {
+                return Err(ConfigError(format!(
+                    "override `{path}`: `{p}` is not a table"
+                )))
+            }
+        };
+    }
+    t.insert(parts[parts.len() - 1].to_string(), v);
+    Ok(())
+}
+
+impl Config {
+    /// Parse TOML text (errors show the line and name the key).
+    pub fn from_toml(text: &str, source: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError(format!("{source}: {e}")))
+    }
+
+    /// Load `path` (or the defaults), apply environment overrides (`FERROCE_DP__A__B=v`, from
+    /// `env`) and then `sets` (`a.b=v`), and validate.
+    pub fn load(
+        path: Option<&Path>,
+        sets: &[String],
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let (text, source) = match path {
+            Some(p) => (
+                std::fs::read_to_string(p).map_err(|e| {
+                    ConfigError(format!("cannot read config file {}: {e}", p.display()))
+                })?,
+                p.display().to_string(),
+            ),
+            None => (String::new(), "defaults".to_string()),
+        };
+        let mut overrides: Vec<(String, String)> = Vec::new();
+        for (k, v) in env {
+            if let Some(rest) = k.strip_prefix("FERROCE_DP__") {
+                overrides.push((rest.to_lowercase().replace("__", "."), v));
+            }
+        }
+        for s in sets {
+            let Some((k, v)) = s.split_once('=') else {
+                return Err(ConfigError(format!(
+                    "override `{s}`: expected KEY=VALUE, e.g. fault.tx.loss=0.01"
+                )));
+            };
+            overrides.push((k.trim().to_string(), v.trim().to_string()));
+        }
+        let cfg = if overrides.is_empty() {
+            Config::from_toml(&text, &source)?
+        } else {
+            let mut doc: toml::Table = text
+                .parse()
+                .map_err(|e| ConfigError(format!("{source}: {e}")))?;
+            let mut names = Vec::new();
+            for (k, v) in &overrides {
+                set_path(&mut doc, k, parse_value(v))?;
+                names.push(k.clone());
+            }
+            let merged = toml::to_string(&doc)
+                .map_err(|e| ConfigError(format!("{source} with overrides: {e}")))?;
+            Config::from_toml(
+                &merged,
+                &format!("{source} with overrides {}", names.join(", ")),
+            )?
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn address(&self) -> Result<Ipv4Addr, ConfigError> {
+        if self.net.address.is_empty() {
+            return Err(field(
+                "net.address",
+                "required: the engine's own IPv4 address (not the kernel's address on the \
+                 same link), e.g. address = \"198.18.1.11\"",
+            ));
+        }
+        let a: Ipv4Addr = self.net.address.parse().map_err(|_| {
+            field(
+                "net.address",
+                format!("{:?} is not an IPv4 address", self.net.address),
+            )
+        })?;
+        if a.is_unspecified() || a.is_broadcast() || a.is_multicast() {
+            return Err(field(
+                "net.address",
+                format!("{a} cannot be a host's address"),
+            ));
+        }
+        Ok(a)
+    }
+
+    pub fn neighbors(&self) -> Result<Vec<(Ipv4Addr, [u8; 6])>, ConfigError> {
+        self.net
+            .neighbors
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let ip = n.ip.parse().map_err(|_| {
+                    field(
+                        &format!("net.neighbors[{i}].ip"),
+                        format!("{:?} is not an IPv4 address", n.ip),
+                    )
+                })?;
+                let mac = net::parse_mac(&n.mac).ok_or_else(|| {
+                    field(
+                        &format!("net.neighbors[{i}].mac"),
+                        format!("{:?} is not a MAC address (aa:bb:cc:dd:ee:ff)", n.mac),
+                    )
+                })?;
+                Ok((ip, mac))
+            })
+            .collect()
+    }
+
+    /// The workload, if a role is set.
+    pub fn workload_spec(&self) -> Result<WorkloadSpec, ConfigError> {
+        let w = &self.workload;
+        let mut ops = Vec::new();
+        for (i, o) in w.ops.iter().enumerate() {
+            ops.push(match o.as_str() {
+                "send" => OpKind::Send,
+                "send_imm" => OpKind::SendImm,
+                "write" => OpKind::Write,
+                "write_imm" => OpKind::WriteImm,
+                "read" => OpKind::Read,
+                "fetch_add" => OpKind::FetchAdd,
+                "cmp_swap" => OpKind::CmpSwap,
+                _ => {
+                    return Err(field(
+                        &format!("workload.ops[{i}]"),
+                        format!(
+                            "unknown operation {o:?} (send, send_imm, write, write_imm, read, \
+                             fetch_add, cmp_swap)"
+                        ),
+                    ))
+                }
+            });
+        }
+        if ops.is_empty() {
+            return Err(field("workload.ops", "needs at least one operation"));
+        }
+        if w.sizes.is_empty() || w.sizes.contains(&0) {
+            return Err(field("workload.sizes", "needs sizes > 0"));
+        }
+        if w.streams == 0 || w.messages == 0 || w.depth == 0 || w.recv_depth == 0 {
+            return Err(field(
+                "workload",
+                "streams, messages, depth and recv_depth must all be > 0",
+            ));
+        }
+        Ok(WorkloadSpec {
+            streams: w.streams,
+            messages: w.messages,
+            sizes: w.sizes.clone(),
+            ops,
+            depth: w.depth,
+            recv_depth: w.recv_depth,
+            seed: w.seed,
+            ..Default::default()
+        })
+    }
+
+    /// Semantic checks beyond types.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.address()?;
+        self.neighbors()?;
+        let p = &self.port;
+        if !(576..=9600).contains(&p.mtu) {
+            return Err(field(
+                "port.mtu",
+                format!("{} is outside 576..=9600", p.mtu),
+            ));
+        }
+        if p.vdev.is_some() && p.device.is_some() {
+            return Err(field(
+                "port.vdev",
+                "set either port.vdev or port.device, not both",
+            ));
+        }
+        if let Some(v) = &p.vdev {
+            if v.is_empty() || v.starts_with(',') {
+                return Err(field(
+                    "port.vdev",
+                    "empty device name (e.g. \"net_af_packet0,iface=veth0\")",
+                ));
+            }
+        }
+        if p.mbufs < 512 {
+            return Err(field(
+                "port.mbufs",
+                format!("{} is too few (at least 512)", p.mbufs),
+            ));
+        }
+        if self.engine.burst == 0 || self.engine.burst > 512 {
+            return Err(field("engine.burst", "must be in 1..=512"));
+        }
+        if self.engine.queue_depth == 0 {
+            return Err(field("engine.queue_depth", "must be > 0"));
+        }
+        if self.transport.paths == 0 {
+            return Err(field("transport.paths", "must be > 0"));
+        }
+        if self.transport.line_rate_mbps == 0 {
+            return Err(field("transport.line_rate_mbps", "must be > 0"));
+        }
+        self.fault.tx.validate("fault.tx").map_err(ConfigError)?;
+        self.fault.rx.validate("fault.rx").map_err(ConfigError)?;
+        match self.workload.role.as_str() {
+            "none" => {}
+            "server" => {
+                self.workload_spec()?;
+            }
+            "client" => {
+                self.workload_spec()?;
+                let Some(peer) = &self.workload.peer else {
+                    return Err(field(
+                        "workload.peer",
+                        "required for role = \"client\" (the server's address)",
+                    ));
+                };
+                peer.parse::<Ipv4Addr>().map_err(|_| {
+                    field("workload.peer", format!("{peer:?} is not an IPv4 address"))
+                })?;
+            }
+            r => {
+                return Err(field(
+                    "workload.role",
+                    format!("{r:?} is not one of \"none\", \"server\", \"client\""),
+                ))
+            }
+        }
+        if self.workload.timeout_s.is_nan() || self.workload.timeout_s <= 0.0 {
+            return Err(field("workload.timeout_s", "must be > 0"));
+        }
+        Ok(())
+    }
+
+    /// The EAL arguments to use (program name first).
+    pub fn eal_argv(&self) -> Vec<String> {
+        let mut v = vec!["ferroce".to_string()];
+        if self.eal.args.is_empty() {
+            v.extend(default_eal_args());
+        } else {
+            v.extend(self.eal.args.iter().cloned());
+        }
+        v
+    }
+
+    pub fn engine_params(&self) -> Result<EngineParams, ConfigError> {
+        Ok(EngineParams {
+            ip: self.address()?,
+            mtu: self.port.mtu,
+            burst: self.engine.burst,
+            ttl: self.net.ttl,
+            ecn: self.net.ecn,
+            neighbors: self.neighbors()?,
+            fault_tx: self.fault.tx.clone(),
+            fault_rx: self.fault.rx.clone(),
+            seed: self.transport.seed,
+            pcap: self.capture.pcap.clone(),
+            snaplen: self.capture.snaplen,
+            counters_json: self.counters.json.clone(),
+            counters_interval_ms: self.counters.interval_ms,
+            idle_polls_before_sleep: self.engine.idle_polls_before_sleep,
+            idle_sleep_us: self.engine.idle_sleep_us,
+            queue_depth: self.engine.queue_depth,
+            stop_on_link_down: self.engine.stop_on_link_down,
+            verify_udp_checksum: self.net.verify_udp_checksum.unwrap_or_else(|| {
+                let drv = self
+                    .port
+                    .vdev
+                    .as_deref()
+                    .map(|v| vdev_driver(v.split(',').next().unwrap_or("")));
+                !matches!(
+                    drv,
+                    Some("net_af_packet" | "eth_af_packet" | "net_tap" | "net_af_xdp")
+                )
+            }),
+        })
+    }
+
+    pub fn endpoint_config(&self) -> ferroce_transport::EndpointConfig {
+        let t = &self.transport;
+        let mut c = ferroce_transport::EndpointConfig {
+            line_rate_mbps: t.line_rate_mbps,
+            seed: t.seed,
+            ..Default::default()
+        };
+        c.conn.paths = t.paths;
+        c.conn.initial_rtt_ns = t.initial_rtt_us * 1000;
+        c.conn.min_rto_ns = t.min_rto_us * 1000;
+        c.conn.max_rto_ns = t.max_rto_us * 1000;
+        c.conn.initial_rto_ns = t.initial_rto_us * 1000;
+        c.conn.ack_every = t.ack_every;
+        c.conn.ack_delay_ns = t.ack_delay_us * 1000;
+        c.conn.mtu = engine::payload_mtu(self.port.mtu);
+        c
+    }
+}
+
+/// Where Debian's DPDK keeps its PMD plugins.
+pub fn pmd_dir() -> Option<PathBuf> {
+    for lib in [
+        "/usr/lib/x86_64-linux-gnu/dpdk",
+        "/usr/lib/aarch64-linux-gnu/dpdk",
+        "/usr/lib/dpdk",
+        "/usr/local/lib/dpdk",
+    ] {
+        if let Ok(rd) = std::fs::read_dir(lib) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with("pmds-") {
+                    return Some(e.path());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The driver of a vdev name: "net_af_packet0" → "net_af_packet".
+pub fn vdev_driver(name: &str) -> &str {
+    name.trim_end_matches(|c: char| c.is_ascii_digit())
+}
+
+/// Checks before EAL, each failure with its fix: hugepages, the PMD plugin, the interface.
+pub fn preflight(cfg: &Config) -> Result<(), ConfigError> {
+    let args = cfg.eal_argv();
+    if !args.iter().any(|a| a == "--no-huge") {
+        let free = hugepages_free();
+        if free == Some(0) {
+            return Err(ConfigError(
+                "no hugepages are reserved (HugePages_Free is 0 in /proc/meminfo) and eal.args \
+                 has no --no-huge.\n  fix: echo 256 > /proc/sys/vm/nr_hugepages  (as root; add \
+                 --in-memory to eal.args if no hugetlbfs is mounted), or run without hugepages: \
+                 add \"--no-huge\" to eal.args"
+                    .into(),
+            ));
+        }
+    }
+    if let Some(v) = &cfg.port.vdev {
+        let (name, rest) = v.split_once(',').unwrap_or((v.as_str(), ""));
+        let drv = vdev_driver(name);
+        match pmd_dir() {
+            None => {
+                return Err(ConfigError(format!(
+                    "DPDK's PMD folder (/usr/lib/<arch>/dpdk/pmds-*) is missing, so no PMD can \
+                     load (port.vdev wants {drv}).\n  fix: apt-get install dpdk"
+                )))
+            }
+            Some(dir) => {
+                let so = dir.join(format!("librte_{drv}.so"));
+                let alt = dir.join(format!("librte_{}.so", drv.replacen("eth_", "net_", 1)));
+                if !so.exists() && !alt.exists() {
+                    return Err(ConfigError(format!(
+                        "config field `port.vdev`: the PMD `{drv}` is not installed (no {} in \
+                         {}).\n  fix: apt-get install dpdk (Debian ships each PMD as \
+                         librte-{}23), or check the driver name (net_ring, net_af_packet, \
+                         net_memif, net_tap, net_af_xdp, ...)",
+                        so.file_name()
+                            .map(|f| f.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        dir.display(),
+                        drv.replace('_', "-")
+                    )));
+                }
+            }
+        }
+        for kv in rest.split(',') {
+            if let Some(iface) = kv.strip_prefix("iface=") {
+                if !Path::new("/sys/class/net").join(iface).exists() {
+                    return Err(field(
+                        "port.vdev",
+                        format!(
+                            "interface `{iface}` does not exist in this network namespace (see \
+                             `ip link show`; run inside the right one with `ip netns exec`)"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn hugepages_free() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    m.lines()
+        .find(|l| l.starts_with("HugePages_Free:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+static SIGNALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_signal(_sig: std::ffi::c_int) {
+    SIGNALLED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+extern "C" {
+    fn signal(sig: std::ffi::c_int, handler: extern "C" fn(std::ffi::c_int)) -> usize;
+}
+
+fn install_signal_handlers() {
+    // SAFETY: `signal` from libc with a handler that only stores to an atomic (async-signal
+    // safe). SIGINT = 2, SIGTERM = 15 on Linux.
+    unsafe {
+        signal(2, on_signal);
+        signal(15, on_signal);
+    }
+}
+
+/// Bring everything up from `cfg` and run: the engine on its lcore, the workload (if any) on
+/// this thread. Returns a JSON report: the workload's result and the final counters.
+pub fn run_engine(cfg: &Config) -> Result<Value, String> {
+    cfg.validate().map_err(|e| e.to_string())?;
+    preflight(cfg).map_err(|e| e.to_string())?;
+    let eal = Eal::init(cfg.eal_argv()).map_err(|e| eal_hint(cfg, &e.to_string()))?;
+    let port_id = match (&cfg.port.vdev, &cfg.port.device) {
+        (Some(v), _) => {
+            let (name, args) = v.split_once(',').unwrap_or((v.as_str(), ""));
+            eal.vdev(name, args)
+                .map_err(|e| format!("config field `port.vdev` ({v}): {e}"))?
+        }
+        (None, Some(d)) => Port::id_by_name(d).map_err(|e| {
+            format!(
+                "config field `port.device`: {e} (probed: {:?})",
+                probed(&eal)
+            )
+        })?,
+        (None, None) => {
+            let ports = eal.ports();
+            match ports.as_slice() {
+                [p] => *p,
+                [] => {
+                    return Err("config field `port.vdev`: no port: set port.vdev (e.g. \
+                                \"net_af_packet0,iface=veth0,framecnt=8192\") or probe one \
+                                with eal.args"
+                        .into())
+                }
+                _ => {
+                    return Err(format!(
+                        "config field `port.device`: EAL probed several ports ({:?}); name one",
+                        probed(&eal)
+                    ))
+                }
+            }
+        }
+    };
+    let data_room = (cfg.port.mtu as u32 + 14 + 64).max(2048) + Mempool::headroom();
+    let pool = Mempool::new(
+        &eal,
+        &format!("ferroce_{port_id}"),
+        cfg.port.mbufs,
+        cfg.port.mbuf_cache,
+        data_room.min(u16::MAX as u32) as u16,
+    )
+    .map_err(|e| format!("{e} (more memory: -m in eal.args, or fewer port.mbufs)"))?;
+    let port = Port::start(
+        &eal,
+        port_id,
+        &pool,
+        &PortConfig {
+            rx_desc: cfg.port.rx_desc,
+            tx_desc: cfg.port.tx_desc,
+            mtu: cfg.port.set_mtu.then_some(cfg.port.mtu),
+            promiscuous: cfg.port.promiscuous,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let params = cfg.engine_params().map_err(|e| e.to_string())?;
+    let transport = engine::native_transport(cfg.port.mtu, cfg.endpoint_config());
+    let (engine, h) = Engine::new(port, transport, params, eal.tsc_hz())
+        .map_err(|e| format!("config field `capture.pcap`: {e}"))?;
+    eprintln!(
+        "ferroce dataplane: {} on {} ({}), {} {}",
+        cfg.net.address,
+        engine.port().name(),
+        net::fmt_mac(engine.mac()),
+        ferroce_dpdk_sys::version(),
+        if cfg.eal_argv().iter().any(|a| a == "--no-huge") {
+            "no hugepages"
+        } else {
+            "hugepages"
+        }
+    );
+    install_signal_handlers();
+    let lcore = cfg
+        .engine
+        .lcore
+        .or_else(|| eal.worker_lcores().first().copied());
+    let job: Box<dyn FnOnce() -> Value> = match lcore {
+        Some(l) => {
+            let j = eal
+                .launch(l, move || engine.run())
+                .map_err(|e| format!("config field `engine.lcore`: {e}"))?;
+            Box::new(move || j.join())
+        }
+        None => {
+            let t = std::thread::spawn(move || engine.run());
+            Box::new(move || t.join().unwrap_or(Value::Null))
+        }
+    };
+    let timeout = Duration::from_secs_f64(cfg.workload.timeout_s);
+    let spec = cfg.workload_spec().ok();
+    let result: Option<WorkloadResult> = match cfg.workload.role.as_str() {
+        "server" => Some(app::run_server(
+            &h,
+            spec.as_ref().expect("validated"),
+            timeout,
+        )),
+        "client" => {
+            let peer: Ipv4Addr = cfg
+                .workload
+                .peer
+                .as_deref()
+                .and_then(|p| p.parse().ok())
+                .expect("validated");
+            let spec = spec.expect("validated");
+            let keys = app::server_keys(&spec);
+            Some(app::run_client(&h, &spec, peer, keys, timeout))
+        }
+        _ => {
+            let t0 = Instant::now();
+            let limit = cfg.engine.duration_s.map(Duration::from_secs_f64);
+            while !SIGNALLED.load(std::sync::atomic::Ordering::SeqCst)
+                && limit.is_none_or(|l| t0.elapsed() < l)
+                && !h.stopped()
+            {
+                while h.try_next().is_some() {}
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None
+        }
+    };
+    // A server lingers a little so its last ACKs reach the client.
+    if cfg.workload.role == "server" {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    h.stop();
+    let counters = job();
+    let report = json!({
+        "workload": result,
+        "counters": counters,
+    });
+    if let Some(p) = &cfg.workload.result_json {
+        engine::write_json_atomic(p, &report);
+    }
+    Ok(report)
+}
+
+fn probed(eal: &Eal) -> Vec<String> {
+    eal.ports().into_iter().filter_map(Port::name_of).collect()
+}
+
+fn eal_hint(cfg: &Config, e: &str) -> String {
+    let args = cfg.eal_argv();
+    let mut s = format!("EAL failed: {e}");
+    if !args.iter().any(|a| a == "--no-huge") {
+        s.push_str(
+            "\n  with hugepages: reserve them (echo 256 > /proc/sys/vm/nr_hugepages) and add \
+             --in-memory, or use --no-huge",
+        );
+    }
+    if args.iter().any(|a| a == "--no-huge") && args.iter().any(|a| a == "--in-memory") {
+        s.push_str("\n  --no-huge with --in-memory fails on DPDK 22.11: use --no-shconf instead");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> String {
+        "[net]\naddress = \"198.18.1.11\"\n[port]\nvdev = \"net_ring0\"\n".to_string()
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let dir = std::env::temp_dir().join(format!("ferroce-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("a.toml");
+        std::fs::write(&p, base()).unwrap();
+        let c = Config::load(Some(&p), &[], []).unwrap();
+        assert_eq!(c.port.mtu, 1500);
+        let c = Config::load(
+            Some(&p),
+            &["fault.tx.loss=0.01".into(), "port.mtu=9000".into()],
+            [(
+                "FERROCE_DP__FAULT__RX__REORDER".to_string(),
+                "0.5".to_string(),
+            )],
+        )
+        .unwrap();
+        assert_eq!(c.fault.tx.loss, 0.01);
+        assert_eq!(c.fault.rx.reorder, 0.5);
+        assert_eq!(c.port.mtu, 9000);
+        // Flags win over the environment.
+        let c = Config::load(
+            Some(&p),
+            &["port.mtu=1400".into()],
+            [("FERROCE_DP__PORT__MTU".to_string(), "9000".to_string())],
+        )
+        .unwrap();
+        assert_eq!(c.port.mtu, 1400);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = Config::from_toml(&(base() + "[fault.tx]\nlos = 0.1\n"), "x.toml").unwrap_err();
+        assert!(e.0.contains("los"), "{e}");
+        let e =
+            Config::from_toml(&(base() + "[engine]\nburst = \"many\"\n"), "x.toml").unwrap_err();
+        assert!(e.0.contains("burst"), "{e}");
+        let c = Config::from_toml(&base().replace("198.18.1.11", "198.18.1.300"), "x").unwrap();
+        assert!(c.validate().unwrap_err().0.contains("net.address"));
+        let c = Config::from_toml(&(base() + "[fault.rx]\nloss = 2.0\n"), "x").unwrap();
+        assert!(c.validate().unwrap_err().0.contains("fault.rx.loss"));
+        let c = Config::from_toml(&(base() + "[workload]\nrole = \"client\"\n"), "x").unwrap();
+        assert!(c.validate().unwrap_err().0.contains("workload.peer"));
+        let c = Config::from_toml(
+            &(base() + "[workload]\nrole = \"server\"\nops = [\"jump\"]\n"),
+            "x",
+        )
+        .unwrap();
+        assert!(c.validate().unwrap_err().0.contains("workload.ops[0]"));
+        let e = Config::load(None, &[], []).unwrap_err();
+        assert!(e.0.contains("net.address"), "{e}");
+    }
+
+    #[test]
+    fn preflight_reports_missing_pmd_and_iface() {
+        let mut c = Config::from_toml(&base(), "x").unwrap();
+        c.port.vdev = Some("net_nosuchpmd0".into());
+        c.eal.args = vec!["--no-huge".into()];
+        let e = preflight(&c).unwrap_err();
+        assert!(e.0.contains("net_nosuchpmd"), "{e}");
+        c.port.vdev = Some("net_af_packet0,iface=ferroce-nope0".into());
+        if pmd_dir().is_some() {
+            let e = preflight(&c).unwrap_err();
+            assert!(e.0.contains("ferroce-nope0"), "{e}");
+        }
+        c.eal.args = vec!["--in-memory".into()];
+        c.port.vdev = None;
+        if hugepages_free() == Some(0) {
+            assert!(preflight(&c).unwrap_err().0.contains("nr_hugepages"));
+        }
+    }
+}

@@ -1,0 +1,1073 @@
+//! The poll-mode engine: one DPDK port, one transport, one run loop.
+//!
+//! Each [`Engine::poll`]: rx burst → (pcap, rx faults) → Ethernet/ARP/IPv4/UDP →
+//! `Transport::handle_datagram` → application commands → timers → `poll_transmit` straight
+//! into mbufs → (tx faults, pcap) → tx burst → completions and events to the application.
+//!
+//! Copies: received payloads are handed to the transport in place (the mbuf's bytes), and the
+//! transport writes each datagram straight into the mbuf it is sent from. The one copy left on
+//! each side is placement itself (registered memory ↔ mbuf, done by [`Memory`]); removing it
+//! needs external-buffer mbufs attached to registered memory, which DPDK allows but the
+//! transport's `Memory` interface (copy in / copy out) does not express yet.
+//!
+//! The application side talks to the engine through bounded crossbeam channels
+//! ([`EngineHandle`]), and shares registered memory with it ([`SharedMem`], locked by the
+//! engine for each access only).
+
+use crate::counters::{self, PortCounters};
+use crate::fault::{FaultConfig, FaultCounters, FaultInjector};
+use crate::net::{self, Arp, Frame, UdpHeader};
+use crate::pcap::PcapWriter;
+use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError, TrySendError};
+use ferroce_dpdk_sys::{rdtsc, Mbuf, Mempool, Port, PortStats};
+use ferroce_transport::mem::{AtomicOp, MemError, Memory, Regions};
+use ferroce_transport::{
+    Completion, ConnId, ConnState, Endpoint, Event, PostError, RecvWr, SendWr, Transport,
+};
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Registered memory shared by the application and the engine.
+pub type SharedMem = Arc<Mutex<Regions>>;
+
+/// The most transport bytes a datagram may add around its payload (largest header + CRC),
+/// rounded up: the transport's payload MTU is the IP MTU minus IPv4, UDP and this.
+pub const TRANSPORT_OVERHEAD: usize = 64;
+
+/// The transport payload MTU for an IP MTU.
+pub fn payload_mtu(ip_mtu: u16) -> u16 {
+    ip_mtu.saturating_sub((net::IPV4_LEN + net::UDP_LEN + TRANSPORT_OVERHEAD) as u16)
+}
+
+/// Nanoseconds from the TSC.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    t0: u64,
+    /// ns per tick, as a 32.32 fixed-point number.
+    mult: u128,
+}
+
+impl Clock {
+    pub fn new(tsc_hz: u64) -> Self {
+        Clock {
+            t0: rdtsc(),
+            mult: (1_000_000_000u128 << 32) / tsc_hz.max(1) as u128,
+        }
+    }
+
+    #[inline]
+    pub fn now(&self) -> u64 {
+        ((rdtsc().wrapping_sub(self.t0) as u128 * self.mult) >> 32) as u64
+    }
+}
+
+/// Engine settings (built from the TOML configuration, or by hand).
+#[derive(Clone, Debug)]
+pub struct EngineParams {
+    pub ip: Ipv4Addr,
+    /// IP MTU of the port.
+    pub mtu: u16,
+    pub burst: u16,
+    pub ttl: u8,
+    /// Send ECT(0) so the path (or the fault injector) can mark CE.
+    pub ecn: bool,
+    /// Static neighbours (no ARP needed for them).
+    pub neighbors: Vec<(Ipv4Addr, [u8; 6])>,
+    pub fault_tx: FaultConfig,
+    pub fault_rx: FaultConfig,
+    pub seed: u64,
+    pub pcap: Option<PathBuf>,
+    pub snaplen: u32,
+    pub counters_json: Option<PathBuf>,
+    pub counters_interval_ms: u64,
+    /// After this many empty polls in a row the loop sleeps (0: never sleep, pure polling).
+    pub idle_polls_before_sleep: u32,
+    pub idle_sleep_us: u64,
+    /// Capacity of each application ↔ engine channel.
+    pub queue_depth: usize,
+    /// Stop when the link goes down (a peer leaving).
+    pub stop_on_link_down: bool,
+    /// Verify nonzero UDP checksums of received frames (off for kernel-backed PMDs, whose
+    /// frames from the local kernel carry offload's partial checksums).
+    pub verify_udp_checksum: bool,
+}
+
+impl Default for EngineParams {
+    fn default() -> Self {
+        EngineParams {
+            ip: Ipv4Addr::new(198, 18, 1, 11),
+            mtu: 1500,
+            burst: 32,
+            ttl: 64,
+            ecn: true,
+            neighbors: Vec::new(),
+            fault_tx: FaultConfig::default(),
+            fault_rx: FaultConfig::default(),
+            seed: 1,
+            pcap: None,
+            snaplen: 256,
+            counters_json: None,
+            counters_interval_ms: 200,
+            idle_polls_before_sleep: 2000,
+            idle_sleep_us: 20,
+            queue_depth: 4096,
+            stop_on_link_down: false,
+            verify_udp_checksum: true,
+        }
+    }
+}
+
+/// What the application asks of the engine.
+#[derive(Debug)]
+pub enum Command {
+    Connect {
+        peer: Ipv4Addr,
+        reply: Sender<ConnId>,
+    },
+    /// Streams to create on every accepted connection before any of its data is processed
+    /// (local, remote, pd): the peer may send on them at once.
+    Listen {
+        streams: Vec<(u32, u32, u32)>,
+    },
+    CreateStream {
+        conn: ConnId,
+        local: u32,
+        remote: u32,
+        pd: u32,
+    },
+    PostSend {
+        conn: ConnId,
+        stream: u32,
+        wr: SendWr,
+    },
+    PostRecv {
+        conn: ConnId,
+        stream: u32,
+        wr: RecvWr,
+    },
+    Close {
+        conn: ConnId,
+    },
+    Snapshot {
+        reply: Sender<Value>,
+    },
+    /// Send these raw frames as they are (tests, tools): they bypass the fault injector.
+    Inject {
+        frames: Vec<Vec<u8>>,
+    },
+}
+
+/// What the engine tells the application.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    Completion(Completion),
+    Event(Event),
+    /// A command the transport refused (`wr_id` of the work request, 0 for others).
+    Refused {
+        what: &'static str,
+        wr_id: u64,
+        err: PostError,
+    },
+}
+
+/// The application's side of an engine: bounded queues, shared memory, a stop flag and the
+/// latest counters.
+#[derive(Clone, Debug)]
+pub struct EngineHandle {
+    cmd: Sender<Command>,
+    out: Receiver<Output>,
+    pub mem: SharedMem,
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<Value>>,
+}
+
+impl EngineHandle {
+    /// Send a command; blocks while the queue is full (the engine drains it every poll).
+    pub fn command(&self, c: Command) -> bool {
+        self.cmd.send(c).is_ok()
+    }
+
+    /// Open a connection; waits for the engine to create it.
+    pub fn connect(&self, peer: Ipv4Addr) -> Option<ConnId> {
+        let (tx, rx) = bounded(1);
+        self.command(Command::Connect { peer, reply: tx });
+        rx.recv_timeout(Duration::from_secs(5)).ok()
+    }
+
+    pub fn listen(&self, streams: Vec<(u32, u32, u32)>) {
+        self.command(Command::Listen { streams });
+    }
+
+    pub fn create_stream(&self, conn: ConnId, local: u32, remote: u32, pd: u32) {
+        self.command(Command::CreateStream {
+            conn,
+            local,
+            remote,
+            pd,
+        });
+    }
+
+    pub fn post_send(&self, conn: ConnId, stream: u32, wr: SendWr) {
+        self.command(Command::PostSend { conn, stream, wr });
+    }
+
+    pub fn post_recv(&self, conn: ConnId, stream: u32, wr: RecvWr) {
+        self.command(Command::PostRecv { conn, stream, wr });
+    }
+
+    pub fn close(&self, conn: ConnId) {
+        self.command(Command::Close { conn });
+    }
+
+    /// Send raw frames out of the engine's port, as they are.
+    pub fn inject(&self, frames: Vec<Vec<u8>>) {
+        self.command(Command::Inject { frames });
+    }
+
+    /// The next completion or event, waiting up to `timeout`.
+    pub fn next(&self, timeout: Duration) -> Option<Output> {
+        match self.out.try_recv() {
+            Ok(o) => Some(o),
+            Err(TryRecvError::Empty) => self.out.recv_timeout(timeout).ok(),
+            Err(TryRecvError::Disconnected) => None,
+        }
+    }
+
+    pub fn try_next(&self) -> Option<Output> {
+        self.out.try_recv().ok()
+    }
+
+    /// Ask the engine to stop (it drains its tx queue and returns from its run loop).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// The counters as last published (every `counters_interval_ms`).
+    pub fn stats(&self) -> Value {
+        self.stats.lock().map(|v| v.clone()).unwrap_or(Value::Null)
+    }
+
+    /// Fresh counters, taken by the engine now (waits up to a second).
+    pub fn snapshot(&self) -> Option<Value> {
+        let (tx, rx) = bounded(1);
+        self.command(Command::Snapshot { reply: tx });
+        rx.recv_timeout(Duration::from_secs(1)).ok()
+    }
+}
+
+/// [`Memory`] over the shared regions, taking the lock for each access only.
+struct LockedMem<'a>(&'a Mutex<Regions>);
+
+impl LockedMem<'_> {
+    #[inline]
+    fn get(&self) -> std::sync::MutexGuard<'_, Regions> {
+        match self.0.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}
+
+impl Memory for LockedMem<'_> {
+    fn read_local(&mut self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.get().read_local(lkey, addr, buf)
+    }
+    fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.get().write_local(lkey, addr, data)
+    }
+    fn check_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(), MemError> {
+        self.get().check_remote(pd, rkey, addr, len, access)
+    }
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), MemError> {
+        self.get().read_remote(pd, rkey, addr, buf)
+    }
+    fn write_remote(&mut self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.get().write_remote(pd, rkey, addr, data)
+    }
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        op: AtomicOp,
+    ) -> Result<u64, MemError> {
+        self.get().atomic_remote(pd, rkey, addr, op)
+    }
+}
+
+/// Frames queued for an address being resolved.
+const ARP_QUEUE_MAX: usize = 1024;
+/// ARP requests for one address at most this often.
+const ARP_RETRY_NS: u64 = 20_000_000;
+/// Unsent frames kept when the PMD is full before new ones are dropped.
+const TX_BACKLOG_MAX: usize = 4096;
+
+/// The engine. Build it on the main lcore, move it to the lcore that runs [`Engine::run`].
+pub struct Engine {
+    port: Port,
+    pool: Mempool,
+    mac: [u8; 6],
+    p: EngineParams,
+    transport: Box<dyn Transport + Send>,
+    mem: SharedMem,
+    neighbors: HashMap<Ipv4Addr, [u8; 6]>,
+    arp_queue: VecDeque<(Ipv4Addr, Mbuf, u64)>,
+    arp_last_req: HashMap<Ipv4Addr, u64>,
+    fault_tx: FaultInjector,
+    fault_rx: FaultInjector,
+    pcap: Option<PcapWriter>,
+    pub counters: PortCounters,
+    ip_id: u16,
+    clock: Clock,
+    rx: Vec<Mbuf>,
+    rx_pass: Vec<Mbuf>,
+    txq: Vec<Mbuf>,
+    tx_out: Vec<Mbuf>,
+    spare: Option<Mbuf>,
+    cmd_rx: Receiver<Command>,
+    out_tx: Sender<Output>,
+    outputs: VecDeque<Output>,
+    accept_streams: Vec<(u32, u32, u32)>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<Value>>,
+    next_publish: u64,
+    next_link_check: u64,
+    udp_port: u16,
+    payload_room: usize,
+    /// The transport's next deadline, refreshed only after the transport was called (asking
+    /// it every poll costs a scan of its connections).
+    next_timer: Option<u64>,
+    timer_dirty: bool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("port", &self.port)
+            .field("ip", &self.p.ip)
+            .finish()
+    }
+}
+
+/// A native-protocol transport sized for `ip_mtu`.
+pub fn native_transport(
+    ip_mtu: u16,
+    mut cfg: ferroce_transport::EndpointConfig,
+) -> Box<dyn Transport + Send> {
+    cfg.conn.mtu = payload_mtu(ip_mtu);
+    Box::new(Endpoint::new(cfg))
+}
+
+impl Engine {
+    /// An engine on a started port. `tsc_hz` comes from [`ferroce_dpdk_sys::Eal::tsc_hz`].
+    pub fn new(
+        port: Port,
+        transport: Box<dyn Transport + Send>,
+        p: EngineParams,
+        tsc_hz: u64,
+    ) -> std::io::Result<(Engine, EngineHandle)> {
+        let pool = port.pool().clone();
+        let mut mac = port.mac();
+        if mac == [0; 6] {
+            // net_ring ports have no address: a locally administered one from the port id.
+            mac = [
+                0x02,
+                0x66,
+                0x72,
+                0x63,
+                (port.id() >> 8) as u8,
+                port.id() as u8,
+            ];
+        }
+        let (cmd_tx, cmd_rx) = bounded(p.queue_depth.max(1));
+        let (out_tx, out_rx) = bounded(p.queue_depth.max(1));
+        let mem: SharedMem = Arc::new(Mutex::new(Regions::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(Value::Null));
+        let pcap = match &p.pcap {
+            Some(path) => Some(PcapWriter::create(path, p.snaplen)?),
+            None => None,
+        };
+        // Probe how much room a fresh mbuf has for the transport's datagram.
+        let payload_room = pool
+            .alloc()
+            .map(|mut m| m.room_mut().len().saturating_sub(net::HDRS_LEN))
+            .unwrap_or(0);
+        let udp_port = transport.udp_port();
+        let e = Engine {
+            mac,
+            neighbors: p.neighbors.iter().copied().collect(),
+            arp_queue: VecDeque::new(),
+            arp_last_req: HashMap::new(),
+            fault_tx: FaultInjector::new(&p.fault_tx, p.seed ^ 0x7478),
+            fault_rx: FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278),
+            pcap,
+            counters: PortCounters::default(),
+            ip_id: (p.seed as u16).wrapping_mul(7919),
+            clock: Clock::new(tsc_hz),
+            rx: Vec::with_capacity(p.burst as usize),
+            rx_pass: Vec::with_capacity(p.burst as usize * 2),
+            txq: Vec::with_capacity(p.burst as usize * 2),
+            tx_out: Vec::with_capacity(p.burst as usize * 4),
+            spare: None,
+            cmd_rx,
+            out_tx,
+            outputs: VecDeque::new(),
+            accept_streams: Vec::new(),
+            stop: stop.clone(),
+            stats: stats.clone(),
+            next_publish: 0,
+            next_link_check: 0,
+            udp_port,
+            payload_room,
+            next_timer: None,
+            timer_dirty: true,
+            port,
+            pool,
+            transport,
+            mem: mem.clone(),
+            p,
+        };
+        let h = EngineHandle {
+            cmd: cmd_tx,
+            out: out_rx,
+            mem,
+            stop,
+            stats,
+        };
+        Ok((e, h))
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    pub fn ip(&self) -> Ipv4Addr {
+        self.p.ip
+    }
+
+    pub fn port(&self) -> &Port {
+        &self.port
+    }
+
+    pub fn transport(&self) -> &dyn Transport {
+        &*self.transport
+    }
+
+    pub fn fault_counters(&self) -> (FaultCounters, FaultCounters) {
+        (self.fault_tx.counters, self.fault_rx.counters)
+    }
+
+    /// Engine time (ns since the engine was created).
+    pub fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Run until stopped; returns the final counters.
+    pub fn run(mut self) -> Value {
+        let mut idle = 0u32;
+        while !self.stop_requested() {
+            if self.poll() {
+                idle = 0;
+            } else {
+                idle += 1;
+                self.idle(&mut idle);
+            }
+        }
+        self.shutdown()
+    }
+
+    /// Sleep a little after many empty polls (shared cores), never past the next timer.
+    pub fn idle(&mut self, idle: &mut u32) {
+        if self.p.idle_polls_before_sleep == 0 || *idle < self.p.idle_polls_before_sleep {
+            return;
+        }
+        let now = self.clock.now();
+        let mut us = self.p.idle_sleep_us;
+        if let Some(t) = self.next_timer {
+            us = us.min(t.saturating_sub(now) / 1000);
+        }
+        if us > 0 {
+            self.counters.idle_sleeps += 1;
+            std::thread::sleep(Duration::from_micros(us));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
+    /// One turn of the loop; true if anything happened.
+    pub fn poll(&mut self) -> bool {
+        self.counters.polls += 1;
+        let now = self.clock.now();
+        let mut work = false;
+        // Registered memory is locked per access (a packet's copy), never across the poll,
+        // so the application's own accesses rarely wait.
+        let mem_arc = self.mem.clone();
+        let mut mem = LockedMem(&mem_arc);
+
+        // Receive.
+        let n = self.port.rx_burst(&mut self.rx, self.p.burst);
+        if n > 0 {
+            work = true;
+            let mut rx = std::mem::take(&mut self.rx);
+            for m in rx.drain(..) {
+                self.counters.rx_frames += 1;
+                self.counters.rx_bytes += m.len() as u64;
+                if let Some(pc) = &mut self.pcap {
+                    pc.write(now, m.data());
+                }
+                self.fault_rx.apply(m, now, &self.pool, &mut self.rx_pass);
+            }
+            self.rx = rx;
+        }
+        self.fault_rx.flush_expired(now, &mut self.rx_pass);
+        if !self.rx_pass.is_empty() {
+            let mut pass = std::mem::take(&mut self.rx_pass);
+            for m in pass.drain(..) {
+                self.handle_frame(now, &m, &mut mem);
+            }
+            self.rx_pass = pass;
+        }
+
+        // Application commands.
+        for _ in 0..256 {
+            match self.cmd_rx.try_recv() {
+                Ok(c) => {
+                    work = true;
+                    self.counters.commands += 1;
+                    self.command(c);
+                }
+                Err(_) => break,
+            }
+        }
+
+        // Timers.
+        if work || self.timer_dirty {
+            self.next_timer = self.transport.poll_timeout();
+            self.timer_dirty = false;
+        }
+        if let Some(t) = self.next_timer {
+            if t <= now {
+                self.transport.handle_timeout(now);
+                self.collect(false);
+                work = true;
+            }
+        }
+
+        // Transmit.
+        if self.transmit(now, &mut mem) {
+            work = true;
+        }
+        if work {
+            self.timer_dirty = true;
+        }
+        if self.flush_tx(now) {
+            work = true;
+        }
+
+        // Completions and events to the application.
+        if self.deliver() {
+            work = true;
+        }
+
+        if now >= self.next_publish {
+            self.publish(now);
+        }
+        if self.p.stop_on_link_down && now >= self.next_link_check {
+            self.next_link_check = now + 100_000_000;
+            if !self.port.link().up {
+                self.stop.store(true, Ordering::SeqCst);
+            }
+        }
+        work
+    }
+
+    fn command(&mut self, c: Command) {
+        let refused = |what, wr_id, err| Output::Refused { what, wr_id, err };
+        match c {
+            Command::Connect { peer, reply } => {
+                let id = self.transport.connect(peer);
+                let _ = reply.send(id);
+                self.collect(false);
+            }
+            Command::Listen { streams } => self.accept_streams = streams,
+            Command::CreateStream {
+                conn,
+                local,
+                remote,
+                pd,
+            } => {
+                if let Err(e) = self.transport.create_stream(conn, local, remote, pd) {
+                    self.counters.post_errors += 1;
+                    self.outputs.push_back(refused("create_stream", 0, e));
+                }
+            }
+            Command::PostSend { conn, stream, wr } => {
+                let id = wr.wr_id;
+                if let Err(e) = self.transport.post_send(conn, stream, wr) {
+                    self.counters.post_errors += 1;
+                    self.outputs.push_back(refused("post_send", id, e));
+                }
+            }
+            Command::PostRecv { conn, stream, wr } => {
+                let id = wr.wr_id;
+                if let Err(e) = self.transport.post_recv(conn, stream, wr) {
+                    self.counters.post_errors += 1;
+                    self.outputs.push_back(refused("post_recv", id, e));
+                }
+            }
+            Command::Close { conn } => {
+                let r = match self.transport.as_any_mut().downcast_mut::<Endpoint>() {
+                    Some(ep) => ep.close(conn),
+                    None => Ok(()),
+                };
+                if let Err(e) = r {
+                    self.outputs.push_back(refused("close", 0, e));
+                }
+            }
+            Command::Snapshot { reply } => {
+                let now = self.clock.now();
+                let _ = reply.send(self.snapshot(now));
+            }
+            Command::Inject { frames } => {
+                for f in frames {
+                    let Some(mut mb) = self.pool.alloc() else {
+                        self.counters.tx_no_mbuf += 1;
+                        break;
+                    };
+                    let n = f.len().min(mb.room_mut().len());
+                    mb.room_mut()[..n].copy_from_slice(&f[..n]);
+                    mb.set_len(n);
+                    self.counters.injected += 1;
+                    self.tx_out.push(mb);
+                }
+            }
+        }
+    }
+
+    /// Move the transport's events (acting on accepts at once) and, unless `events_only`,
+    /// its completions to the output queue.
+    fn collect(&mut self, events_only: bool) {
+        while let Some(ev) = self.transport.poll_event() {
+            if let Event::Accepted { conn, .. } = ev {
+                for &(local, remote, pd) in &self.accept_streams {
+                    if let Err(e) = self.transport.create_stream(conn, local, remote, pd) {
+                        self.counters.post_errors += 1;
+                        self.outputs.push_back(Output::Refused {
+                            what: "create_stream (listen)",
+                            wr_id: 0,
+                            err: e,
+                        });
+                    }
+                }
+            }
+            self.counters.events += 1;
+            self.outputs.push_back(Output::Event(ev));
+        }
+        if !events_only {
+            while let Some(c) = self.transport.poll_completion() {
+                self.counters.completions += 1;
+                self.outputs.push_back(Output::Completion(c));
+            }
+        }
+    }
+
+    fn deliver(&mut self) -> bool {
+        self.collect(false);
+        let mut any = false;
+        while let Some(o) = self.outputs.pop_front() {
+            match self.out_tx.try_send(o) {
+                Ok(()) => any = true,
+                Err(TrySendError::Full(o)) => {
+                    self.outputs.push_front(o);
+                    break;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.outputs.clear();
+                    break;
+                }
+            }
+        }
+        any
+    }
+
+    fn handle_frame(&mut self, now: u64, m: &Mbuf, mem: &mut dyn Memory) {
+        if m.segments() != 1 {
+            self.counters.rx_multiseg += 1;
+            return;
+        }
+        let f = m.data();
+        match net::parse_with(
+            f,
+            self.mac,
+            self.p.ip,
+            self.udp_port,
+            self.p.verify_udp_checksum,
+        ) {
+            Ok(Frame::Udp(u)) => {
+                self.counters.rx_datagrams += 1;
+                let ce = u.ecn == net::ecn::CE;
+                self.transport.handle_datagram(
+                    now,
+                    u.src_ip,
+                    u.src_port,
+                    ce,
+                    &f[u.payload.0..u.payload.1],
+                    mem,
+                );
+                // Accepts must create their streams before the next datagram.
+                self.collect(true);
+            }
+            Ok(Frame::Arp(a)) => self.handle_arp(now, &a),
+            Err(r) => self.counters.drop(r),
+        }
+    }
+
+    fn handle_arp(&mut self, now: u64, a: &Arp) {
+        if a.op == 2 {
+            self.counters.rx_arp_replies += 1;
+        } else {
+            self.counters.rx_arp_requests += 1;
+        }
+        if a.target_ip != self.p.ip {
+            self.counters.rx_arp_other += 1;
+            return;
+        }
+        if a.sender_ip != Ipv4Addr::UNSPECIFIED {
+            self.learn(now, a.sender_ip, a.sender_mac);
+        }
+        if a.op == 1 {
+            let reply = Arp {
+                op: 2,
+                sender_mac: self.mac,
+                sender_ip: self.p.ip,
+                target_mac: a.sender_mac,
+                target_ip: a.sender_ip,
+            };
+            if let Some(mut mb) = self.pool.alloc() {
+                let n = net::write_arp(mb.room_mut(), a.sender_mac, self.mac, &reply);
+                mb.set_len(n);
+                self.counters.tx_arp_replies += 1;
+                self.txq.push(mb);
+            } else {
+                self.counters.tx_no_mbuf += 1;
+            }
+        }
+    }
+
+    fn learn(&mut self, _now: u64, ip: Ipv4Addr, mac: [u8; 6]) {
+        let new = self.neighbors.insert(ip, mac) != Some(mac);
+        if new {
+            self.counters.arp_resolved += 1;
+        }
+        self.arp_last_req.remove(&ip);
+        // Send what waited for this address, in order.
+        let mut keep = VecDeque::with_capacity(self.arp_queue.len());
+        for (dst, mut mb, t) in self.arp_queue.drain(..) {
+            if dst == ip {
+                mb.data_mut()[0..6].copy_from_slice(&mac);
+                self.txq.push(mb);
+            } else {
+                keep.push_back((dst, mb, t));
+            }
+        }
+        self.arp_queue = keep;
+    }
+
+    fn arp_request(&mut self, now: u64, ip: Ipv4Addr) {
+        if let Some(&t) = self.arp_last_req.get(&ip) {
+            if now.saturating_sub(t) < ARP_RETRY_NS {
+                return;
+            }
+        }
+        self.arp_last_req.insert(ip, now);
+        let req = Arp {
+            op: 1,
+            sender_mac: self.mac,
+            sender_ip: self.p.ip,
+            target_mac: [0; 6],
+            target_ip: ip,
+        };
+        if let Some(mut mb) = self.pool.alloc() {
+            let n = net::write_arp(mb.room_mut(), net::BROADCAST, self.mac, &req);
+            mb.set_len(n);
+            self.counters.tx_arp_requests += 1;
+            self.txq.push(mb);
+        } else {
+            self.counters.tx_no_mbuf += 1;
+        }
+    }
+
+    /// Pull datagrams out of the transport into mbufs.
+    fn transmit(&mut self, now: u64, mem: &mut dyn Memory) -> bool {
+        let mut any = false;
+        let limit = self.p.burst as usize;
+        let max_len = self.payload_room;
+        // Backpressure: while the PMD has not taken what we gave it, produce nothing new.
+        if self.tx_out.len() >= limit * 2 {
+            return false;
+        }
+        while self.txq.len() < limit {
+            let mut mb = match self.spare.take().or_else(|| self.pool.alloc()) {
+                Some(m) => m,
+                None => {
+                    self.counters.tx_no_mbuf += 1;
+                    break;
+                }
+            };
+            let room = mb.room_mut();
+            let Some(t) = self.transport.poll_transmit(
+                now,
+                &mut room[net::HDRS_LEN..net::HDRS_LEN + max_len],
+                mem,
+            ) else {
+                self.spare = Some(mb);
+                break;
+            };
+            any = true;
+            if t.len + net::IPV4_LEN + net::UDP_LEN > self.p.mtu as usize {
+                self.counters.tx_oversize += 1;
+                self.spare = Some(mb);
+                continue;
+            }
+            self.ip_id = self.ip_id.wrapping_add(1);
+            let dst_mac = self.neighbors.get(&t.dst).copied();
+            let h = UdpHeader {
+                src_mac: self.mac,
+                dst_mac: dst_mac.unwrap_or([0; 6]),
+                src_ip: self.p.ip,
+                dst_ip: t.dst,
+                ip_id: self.ip_id,
+                ttl: self.p.ttl,
+                ecn: if self.p.ecn { net::ecn::ECT0 } else { 0 },
+                src_port: t.src_port,
+                dst_port: t.dst_port,
+            };
+            let n = net::write_udp(room, &h, t.len);
+            mb.set_len(n);
+            self.counters.tx_datagrams += 1;
+            if dst_mac.is_some() {
+                self.txq.push(mb);
+            } else {
+                self.counters.arp_queued += 1;
+                if self.arp_queue.len() >= ARP_QUEUE_MAX {
+                    self.arp_queue.pop_front();
+                    self.counters.arp_queue_dropped += 1;
+                }
+                self.arp_queue.push_back((t.dst, mb, now));
+                self.arp_request(now, t.dst);
+            }
+        }
+        // Re-ask for addresses still unresolved.
+        if let Some(&(ip, _, _)) = self.arp_queue.front() {
+            self.arp_request(now, ip);
+        }
+        self.collect(false);
+        any
+    }
+
+    /// Faults, capture and tx burst.
+    fn flush_tx(&mut self, now: u64) -> bool {
+        let mut any = false;
+        let before = self.tx_out.len();
+        if !self.txq.is_empty() {
+            any = true;
+            let mut q = std::mem::take(&mut self.txq);
+            for m in q.drain(..) {
+                self.fault_tx.apply(m, now, &self.pool, &mut self.tx_out);
+            }
+            self.txq = q;
+        }
+        self.fault_tx.flush_expired(now, &mut self.tx_out);
+        // Capture each frame once, when it enters the queue to the PMD (after the faults).
+        if let Some(pc) = &mut self.pcap {
+            for m in &self.tx_out[before..] {
+                pc.write(now, m.data());
+            }
+        }
+        if self.tx_out.is_empty() {
+            return any;
+        }
+        let offered = self.tx_out.len();
+        let bytes: u64 = self.tx_out.iter().map(|m| m.len() as u64).sum();
+        let sent = self.port.tx_burst(&mut self.tx_out);
+        if sent > 0 {
+            any = true;
+        }
+        self.counters.tx_frames += sent as u64;
+        if sent < offered {
+            self.counters.tx_busy += 1;
+            let left: u64 = self.tx_out.iter().map(|m| m.len() as u64).sum();
+            self.counters.tx_bytes += bytes - left;
+            while self.tx_out.len() > TX_BACKLOG_MAX {
+                self.tx_out.pop();
+                self.counters.tx_dropped_full += 1;
+            }
+        } else {
+            self.counters.tx_bytes += bytes;
+        }
+        any
+    }
+
+    fn publish(&mut self, now: u64) {
+        self.next_publish = now + self.p.counters_interval_ms.max(1) * 1_000_000;
+        let v = self.snapshot(now);
+        if let Some(path) = &self.p.counters_json {
+            write_json_atomic(path, &v);
+        }
+        if let Ok(mut g) = self.stats.lock() {
+            *g = v;
+        }
+        if let Some(pc) = &mut self.pcap {
+            pc.flush();
+        }
+    }
+
+    /// Every counter, as JSON.
+    pub fn snapshot(&self, now: u64) -> Value {
+        let d: PortStats = self.port.stats();
+        let mut conns = Vec::new();
+        let mut endpoint = Value::Null;
+        if let Some(ep) = self.transport.as_any().downcast_ref::<Endpoint>() {
+            endpoint = counters::endpoint_json(&ep.counters);
+            for c in ep.connections() {
+                let st = match c.state {
+                    ConnState::Opening => "opening",
+                    ConnState::Open => "open",
+                    ConnState::Closing => "closing",
+                    ConnState::Closed => "closed",
+                    ConnState::Failed => "failed",
+                };
+                conns.push(counters::conn_json(c.id.0, c.peer, st, &c.counters));
+            }
+        }
+        json!({
+            "time_ns": now,
+            "port": {
+                "id": self.port.id(),
+                "name": self.port.name(),
+                "mac": net::fmt_mac(self.mac),
+                "ip": self.p.ip.to_string(),
+                "link_up": self.port.link().up,
+            },
+            "engine": self.counters,
+            "driver": {
+                "ipackets": d.ipackets, "opackets": d.opackets,
+                "ibytes": d.ibytes, "obytes": d.obytes,
+                "imissed": d.imissed, "ierrors": d.ierrors, "oerrors": d.oerrors,
+                "rx_nombuf": d.rx_nombuf,
+            },
+            "fault_tx": self.fault_tx.counters,
+            "fault_rx": self.fault_rx.counters,
+            "pcap_frames": self.pcap.as_ref().map(|p| p.frames).unwrap_or(0),
+            "mbufs_free": self.pool.available(),
+            "transport": counters::totals_json(&self.transport.totals()),
+            "endpoint": endpoint,
+            "connections": conns,
+        })
+    }
+
+    /// Stop: release held frames, drain the tx queue (af_packet loses what is left in it at
+    /// exit), write the last counters. Returns them.
+    pub fn shutdown(mut self) -> Value {
+        let now = self.clock.now();
+        self.fault_tx.flush_all(&mut self.tx_out);
+        let deadline = now + 200_000_000;
+        while !(self.tx_out.is_empty() && self.txq.is_empty()) && self.clock.now() < deadline {
+            let _ = self.flush_tx(self.clock.now());
+            std::thread::yield_now();
+        }
+        let now = self.clock.now();
+        self.publish(now);
+        if let Some(pc) = &mut self.pcap {
+            pc.flush();
+        }
+        self.snapshot(now)
+    }
+}
+
+/// Write JSON to `path` through a temporary file and a rename, so readers never see half.
+pub fn write_json_atomic(path: &std::path::Path, v: &Value) {
+    let tmp = path.with_extension("json.tmp");
+    if let Ok(s) = serde_json::to_string_pretty(v) {
+        if std::fs::write(&tmp, s).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+    }
+}
+
+/// Poll `engines` and a [`crate::app::PairDriver`] on this one thread until the workload is
+/// done or `timeout`; true if it timed out.
+pub fn drive(engines: &mut [Engine], app: &mut crate::app::PairDriver, timeout: Duration) -> bool {
+    let t0 = std::time::Instant::now();
+    let mut n = 0u32;
+    loop {
+        for e in engines.iter_mut() {
+            e.poll();
+        }
+        app.step();
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(256) {
+            if app.done() {
+                return false;
+            }
+            if t0.elapsed() > timeout {
+                return true;
+            }
+        }
+    }
+}
+
+/// Poll several engines from one thread until all are stopped (used where cores are few:
+/// two engines joined by net_ring on one lcore). Returns their final counters.
+pub fn run_together(mut engines: Vec<Engine>) -> Vec<Value> {
+    let mut idle = 0u32;
+    loop {
+        let mut work = false;
+        let mut all_stopped = true;
+        for e in engines.iter_mut() {
+            if !e.stop_requested() {
+                all_stopped = false;
+                work |= e.poll();
+            }
+        }
+        if all_stopped {
+            break;
+        }
+        if work {
+            idle = 0;
+        } else {
+            idle += 1;
+            if let Some(e) = engines.iter_mut().find(|e| !e.stop_requested()) {
+                e.idle(&mut idle);
+            }
+        }
+    }
+    engines.into_iter().map(|e| e.shutdown()).collect()
+}

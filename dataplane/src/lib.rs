@@ -1,0 +1,27 @@
+//! ferroce's DPDK poll-mode dataplane: the transport core on real packets.
+//!
+//! - [`engine`]: the run loop (rx burst → Ethernet/ARP/IPv4/UDP → transport → tx burst,
+//!   timers from the TSC), bounded queues to the application ([`engine::EngineHandle`]).
+//! - [`net`]: frame parsing and header writing; [`fault`]: the seeded fault injector;
+//!   [`pcap`]: capture; [`counters`]: counters and their JSON form.
+//! - [`config`]: the TOML configuration (with flag and environment overrides) and
+//!   [`config::run_engine`], what `ferroce dataplane` runs.
+//! - [`app`]: a self-verifying workload (the harness's) over an engine's queues.
+//! - [`bench`]: `ferroce bench dataplane` (raw PMD rate vs the transport's).
+//! - [`netns`]: network namespaces, veth pairs and hugepages for tests, with drop guards.
+
+pub mod app;
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod counters;
+pub mod engine;
+pub mod fault;
+pub mod net;
+pub mod netns;
+pub mod pcap;
+
+pub use cli::{main_bench, main_dataplane};
+pub use config::{run_engine, Config};
+pub use engine::{Engine, EngineHandle, EngineParams, Output};
+pub use ferroce_dpdk_sys as dpdk;
