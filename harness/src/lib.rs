@@ -1,11 +1,15 @@
 //! Runs the real ferroce transport core on the simulated fabric: a simulator host wrapping an
-//! [`ferroce_transport::Endpoint`], self-verifying RDMA workloads, and ready-made scenarios.
-//! The integration tests and the `ferroce` program both drive the core through this crate.
+//! [`ferroce_transport::Endpoint`] (or any other engine), self-verifying RDMA workloads, and
+//! ready-made scenarios: two-host runs ([`TwoHostRun`]) and many-host, many-flow runs
+//! ([`multi`]: incast, permutation, late joiners). The integration tests, the benchmarks and
+//! the `ferroce` program all drive the core through this crate.
 
 pub mod host;
+pub mod multi;
 pub mod scenario;
 pub mod workload;
 
-pub use host::{NodeHost, ServerKeys};
+pub use host::{Client, NodeHost, Server, ServerKeys};
+pub use multi::{Flow, FlowHandle};
 pub use scenario::{Fabric, LossPlacement, RunReport, TwoHostRun};
 pub use workload::{OpKind, WorkloadSpec};

@@ -53,6 +53,10 @@ pub struct WorkloadSpec {
     pub recv_depth: u32,
     /// Rotates the size/op pattern per stream.
     pub seed: u64,
+    /// Upper bound on the server's write slots per stream (0: no bound beyond
+    /// [`MAX_WRITE_AREA`]). Large many-host runs use it to keep simulated memory small; a
+    /// reused slot is checked only for its last write (and every write through its completion).
+    pub max_write_slots: u32,
 }
 
 impl Default for WorkloadSpec {
@@ -65,6 +69,7 @@ impl Default for WorkloadSpec {
             depth: 8,
             recv_depth: 16,
             seed: 1,
+            max_write_slots: 0,
         }
     }
 }
@@ -85,6 +90,7 @@ impl WorkloadSpec {
             depth: 16,
             recv_depth: 16,
             seed: 1,
+            max_write_slots: 0,
         }
     }
 
@@ -92,7 +98,12 @@ impl WorkloadSpec {
     pub fn write_slots(&self) -> u32 {
         let per_msg = self.max_size() as u64 * self.streams.max(1) as u64;
         let fit = (MAX_WRITE_AREA / per_msg.max(1)).max(64) as u32;
-        self.messages.clamp(1, fit)
+        let n = self.messages.clamp(1, fit);
+        if self.max_write_slots > 0 {
+            n.min(self.max_write_slots)
+        } else {
+            n
+        }
     }
 
     pub fn max_size(&self) -> u32 {
