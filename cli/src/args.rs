@@ -20,6 +20,48 @@ pub enum Command {
     Demo(DemoArgs),
     /// One configurable two-host run on the simulated fabric.
     Sim(SimArgs),
+    /// Benchmarks on the simulated reference fabric (128-host fat tree, 100 Gb/s, 1 µs/hop):
+    /// loss tolerance vs. RoCEv2, incast, permutation, multipath. Prints tables, writes CSV
+    /// and SVG plots.
+    Bench(BenchArgs),
+}
+
+#[derive(Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchWhich {
+    /// Goodput against random and bursty loss: native with 1/4/8/32 paths vs. RoCEv2
+    /// go-back-N (two ACK timeouts).
+    Loss,
+    /// N senders -> 1 receiver (N = 8, 32, 64, 127): settle time, queue, drops, fairness,
+    /// completion spread, late joiner; rate hints on and off.
+    Incast,
+    /// Every host sends 16 MiB to another (random permutation): 1 path vs. spraying.
+    Permutation,
+    /// 1/2/4/8 planes; a plane failing and returning; 4,000 and 16,000 connections.
+    Multipath,
+    /// All four, then the thresholds in one list.
+    All,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub which: BenchWhich,
+    /// The same scenarios with less data per run (the whole suite in under 2 minutes).
+    #[arg(long, global = true)]
+    pub quick: bool,
+    /// Seed of every random choice (faults, host choice, permutation, connection ids, entropy).
+    #[arg(long, default_value_t = 1, global = true)]
+    pub seed: u64,
+    /// Directory for the CSV files and SVG plots.
+    #[arg(long, value_name = "DIR", default_value = "out", global = true)]
+    pub out: PathBuf,
+    /// Also print per-run details (every loss run, wall times, simulator events).
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
+    /// Incast only: run just these sender counts (comma-separated, e.g. `64` or `8,64`).
+    #[arg(long, value_delimiter = ',', value_name = "N,...", global = true,
+          value_parser = clap::value_parser!(u16).range(1..=127))]
+    pub senders: Vec<u16>,
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -413,6 +455,33 @@ mod tests {
             panic!("not sim")
         };
         assert_eq!(s.run().fabric, Fabric::LeafSpine { spines: 4 });
+    }
+
+    #[test]
+    fn bench_flags() {
+        let Command::Bench(b) = parse(&["bench", "loss"]).unwrap().cmd else {
+            panic!("not bench")
+        };
+        assert_eq!(b.which, BenchWhich::Loss);
+        assert!(!b.quick);
+        assert_eq!(b.seed, 1);
+        assert_eq!(b.out, PathBuf::from("out"));
+        let Command::Bench(b) = parse(&["bench", "all", "--quick", "--seed", "5", "--out", "/tmp/o"])
+            .unwrap()
+            .cmd
+        else {
+            panic!("not bench")
+        };
+        assert_eq!(b.which, BenchWhich::All);
+        assert!(b.quick);
+        assert_eq!(b.seed, 5);
+        assert_eq!(b.out, PathBuf::from("/tmp/o"));
+        let Command::Bench(b) = parse(&["bench", "--quick", "incast"]).unwrap().cmd else {
+            panic!("not bench")
+        };
+        assert!(b.quick && b.which == BenchWhich::Incast);
+        assert!(parse(&["bench"]).is_err());
+        assert!(parse(&["bench", "bogus"]).is_err());
     }
 
     #[test]

@@ -2,11 +2,17 @@
 //! fabric simulator and prints what happened (a readable table, or JSON with `--json`).
 
 mod args;
+mod bench;
 mod format;
 mod output;
 mod run;
 
 use args::{Cli, Command, DemoArgs, SimArgs};
+
+/// Counts live heap bytes, so `ferroce bench multipath` can state the transport's memory per
+/// connection (see `ferroce_benches::alloc`).
+#[global_allocator]
+static ALLOC: ferroce_benches::alloc::Counting = ferroce_benches::alloc::Counting;
 use clap::Parser;
 use run::{execute, RunSummary};
 use serde::Serialize;
@@ -22,6 +28,7 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Command::Demo(a) => demo(&a),
         Command::Sim(a) => sim(&a),
+        Command::Bench(a) => bench::run(&a),
     };
     match res {
         Ok(true) => ExitCode::SUCCESS,

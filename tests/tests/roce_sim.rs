@@ -7,7 +7,7 @@
 
 use ferroce_harness::scenario::report;
 use ferroce_harness::workload::{OpKind, CLIENT_PD, SERVER_PD, WRITE_ACCESS};
-use ferroce_harness::{Fabric, NodeHost, RunReport, TwoHostRun, WorkloadSpec};
+use ferroce_harness::{Fabric, NodeHost, RunReport, WorkloadSpec};
 use ferroce_sim::topology::{self, TopologyConfig};
 use ferroce_sim::{Dir, FaultConfig, HostId, Node, Sim};
 use ferroce_transport::mem::access;
