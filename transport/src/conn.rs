@@ -1412,6 +1412,7 @@ impl Connection {
         }
         for p in &self.paths {
             min(p.home_probe_at);
+            min(p.tlp_deadline(base, self.cfg.ack_delay_ns));
         }
         t
     }
@@ -1424,6 +1425,17 @@ impl Connection {
                     ConnState::Opening => self.ctrl_queue.push_back(Ctrl::Open),
                     ConnState::Closing => self.ctrl_queue.push_back(Ctrl::Close),
                     _ => {}
+                }
+            }
+        }
+        let base = self.base_rtt();
+        for i in 0..self.paths.len() {
+            if self.paths[i]
+                .tlp_deadline(base, self.cfg.ack_delay_ns)
+                .is_some_and(|t| t <= now)
+            {
+                if let Some(ch) = self.paths[i].take_tlp() {
+                    self.retx.push_front((ch, i as u8));
                 }
             }
         }

@@ -12,6 +12,8 @@ pub struct PathCounters {
     pub sack_holes: u64,
     /// Packets declared lost by time (a later packet on any path was acknowledged).
     pub time_losses: u64,
+    /// Tail-loss probes: the newest packet in flight sent again before the RTO.
+    pub tlps: u64,
     pub rtos: u64,
     /// CE marks the receiver echoed.
     pub ecn_echoed: u64,

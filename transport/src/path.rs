@@ -86,6 +86,8 @@ pub struct TxPath {
     pub consec_lost: u32,
     /// When this path last received an ACK.
     pub last_ack_at: u64,
+    /// A tail-loss probe went out for the current flight (cleared by ACK progress).
+    pub(crate) tlp_sent: bool,
     pub counters: PathCounters,
 }
 
@@ -142,6 +144,7 @@ impl TxPath {
             failed_at: 0,
             consec_lost: 0,
             last_ack_at: 0,
+            tlp_sent: false,
             counters: PathCounters::default(),
         }
     }
@@ -296,6 +299,7 @@ impl TxPath {
             out.progress = true;
             self.rto_count = 0;
             self.consec_lost = 0;
+            self.tlp_sent = false;
             if self.state != PathState::Good {
                 self.state = PathState::Good;
                 self.probe_at = None;
@@ -463,6 +467,31 @@ impl TxPath {
             .iter()
             .find(|s| s.fate == Fate::InFlight)
             .map(|s| s.sent_at + self.rto_ns)
+    }
+
+    /// Tail-loss probe deadline: the path has had data in flight and heard nothing for
+    /// 2·srtt + the receiver's ACK delay. Earlier than the RTO, and it costs one packet.
+    pub(crate) fn tlp_deadline(&self, base_rtt: u64, ack_delay: u64) -> Option<u64> {
+        if self.tlp_sent {
+            return None;
+        }
+        let newest = self.sent.iter().rev().find(|s| s.fate == Fate::InFlight)?;
+        let srtt = self.srtt_ns.map(|s| s as u64).unwrap_or(base_rtt);
+        let at = newest.sent_at.max(self.last_ack_at) + 2 * srtt + ack_delay;
+        self.rto_deadline().filter(|rto| at < *rto).map(|_| at)
+    }
+
+    /// The newest chunk in flight, to be sent again as a tail-loss probe.
+    pub(crate) fn take_tlp(&mut self) -> Option<ChunkRef> {
+        self.tlp_sent = true;
+        let c = self
+            .sent
+            .iter()
+            .rev()
+            .find(|s| s.fate == Fate::InFlight)?
+            .chunk;
+        self.counters.tlps += 1;
+        Some(c)
     }
 
     /// The RTO fired: every packet in flight is lost; returns them and updates the state.
