@@ -505,9 +505,6 @@ impl TxPath {
         }
         self.inflight_bytes = 0;
         self.trim();
-        // Everything in flight was lost: a strong sign of congestion (or a dead route), unlike
-        // a random loss. Restart the window small; a receiver's hint restores it at once.
-        self.cwnd = (self.cwnd / 4.0).max(self.mtu);
         self.counters.rtos += 1;
         self.rto_count += 1;
         self.rto_ns = (self.rto_ns * 2).min(cfg.max_rto_ns);
