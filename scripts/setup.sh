@@ -6,7 +6,7 @@
 #   ferroce_setup test     # also rustfmt and clippy
 
 # The Rust version the workspace declares (Cargo.toml: rust-version).
-FERROCE_MIN_RUST="1.80"
+FERROCE_MIN_RUST="1.87"
 
 ferroce_log() { printf 'ferroce setup: %s\n' "$*" >&2; }
 

@@ -96,6 +96,14 @@ impl Endpoint {
             c.in_ready = true;
             self.ready.push_back(id);
         }
+        self.rearm(id);
+    }
+
+    /// Re-read connection `id`'s next deadline and keep the timer heap in step with it.
+    fn rearm(&mut self, id: u32) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
         let d = c.poll_timeout();
         if d != c.timer_at {
             c.timer_at = d;
@@ -425,22 +433,11 @@ impl Endpoint {
                 });
             }
             // Idle: keep it out of the ready queue, but collect its output and timer.
-            let c = self.conns.get_mut(&id).map(|c| {
+            if let Some(c) = self.conns.get_mut(&id) {
                 self.completions.extend(c.completions.drain(..));
                 self.events.extend(c.events.drain(..));
-                (c.poll_timeout(), c.timer_at)
-            });
-            if let Some((d, at)) = c {
-                if d != at {
-                    if let Some(c) = self.conns.get_mut(&id) {
-                        c.timer_at = d;
-                    }
-                    if let Some(t) = d {
-                        self.timers.push(Reverse((t, id)));
-                    }
-                    self.clean_timers();
-                }
             }
+            self.rearm(id);
         }
         None
     }

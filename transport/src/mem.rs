@@ -37,6 +37,22 @@ pub enum AtomicOp {
     CmpSwap { compare: u64, swap: u64 },
 }
 
+impl AtomicOp {
+    /// The value that replaces `orig` (verbs semantics; wrapping add, swap only on equality).
+    pub fn apply(self, orig: u64) -> u64 {
+        match self {
+            AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
+            AtomicOp::CmpSwap { compare, swap } => {
+                if orig == compare {
+                    swap
+                } else {
+                    orig
+                }
+            }
+        }
+    }
+}
+
 /// Registered memory as the core sees it. `pd` is the protection domain of the stream the
 /// request arrived on (the embedder's number; the core passes it through).
 pub trait Memory {
@@ -221,16 +237,7 @@ impl Memory for Regions {
         let mut b = [0u8; 8];
         b.copy_from_slice(&r.data[s..e]);
         let orig = u64::from_ne_bytes(b);
-        let new = match op {
-            AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
-            AtomicOp::CmpSwap { compare, swap } => {
-                if orig == compare {
-                    swap
-                } else {
-                    orig
-                }
-            }
-        };
+        let new = op.apply(orig);
         r.data[s..e].copy_from_slice(&new.to_ne_bytes());
         Ok(orig)
     }
