@@ -153,8 +153,9 @@ enum Ctrl {
     HintRequest(u8),
     /// A path living away from its home plane checks whether the home plane works again.
     HomeProbe(u8),
-    /// Answer to a probe on path .0, sent back with the probe's UDP source port .2.
-    ProbeAck(u8, ProbeRepr, u16),
+    /// Answer to a probe on path .0, sent back with the probe's UDP source port .2 on the
+    /// plane it arrived on .3.
+    ProbeAck(u8, ProbeRepr, u16, u8),
 }
 
 /// One connection: the sans-IO state machine for a peer host.
@@ -205,8 +206,10 @@ pub struct Connection {
     no_progress_rtos: u32,
     /// Send time of the most recently sent packet acknowledged on any path (RACK).
     rack_time: u64,
-    /// Earliest time the next data packet may leave under the hint's pacing.
+    /// Earliest time the next data packet may leave under the hint's pacing, and whether
+    /// that is still ahead (then `poll_timeout` reports it).
     pace_next: u64,
+    pace_armed: bool,
     /// When the last ACK arrived (0: never), for the cold-start rule.
     last_ack_at: u64,
     /// Outstanding cold-start hint request, and how many were sent without an answer.
@@ -357,6 +360,7 @@ impl Connection {
             no_progress_rtos: 0,
             rack_time: 0,
             pace_next: 0,
+            pace_armed: false,
             last_ack_at: 0,
             hint_req_at: None,
             hint_tries: 0,
@@ -374,8 +378,21 @@ impl Connection {
         self.nic_ports = n.max(1);
     }
 
-    /// Port for a packet that is not data (ACK, NACK, control): the path's plane when it has
-    /// room, else the lowest port that has.
+    /// Port for our own probes and control on `path`: that path's plane when it has room,
+    /// else the lowest port that has.
+    fn own_port(&self, path: u8) -> u8 {
+        let plane = self.paths.get(path as usize).map(|p| p.plane).unwrap_or(0);
+        if plane < 64 && self.tx_ready >> plane & 1 == 1 {
+            plane
+        } else {
+            self.tx_ready
+                .trailing_zeros()
+                .min(self.nic_ports as u32 - 1) as u8
+        }
+    }
+
+    /// Port for an answer (ACK, NACK) about the peer's `path`: the plane the peer's packets of
+    /// that path arrive on when it has room, else the lowest port that has.
     fn ctrl_port(&self, path: u8) -> u8 {
         // The plane the peer's packets of this path arrive on (reflection), else our own.
         let plane = match self.rx_paths.get(path as usize) {
@@ -594,9 +611,13 @@ impl Connection {
         ce: bool,
         mem: &mut dyn Memory,
     ) {
-        // Plane reflection: answers on this path leave on the plane the path arrives on.
-        if let Some(rx) = self.rx_paths.get_mut(pkt.path as usize) {
-            rx.reply_plane = nic_port;
+        // Plane reflection: answers on this path leave on the plane the peer's path arrives
+        // on. Only the peer's own packets of that path count (data, probes), not ACKs about
+        // our path of the same index.
+        if matches!(pkt.body, Body::Data(_) | Body::Probe(_)) {
+            if let Some(rx) = self.rx_paths.get_mut(pkt.path as usize) {
+                rx.reply_plane = nic_port;
+            }
         }
         match &pkt.body {
             Body::Data(d) => self.on_data(now, pkt.path, pkt.flags, d, src_port, ce, mem),
@@ -649,7 +670,7 @@ impl Connection {
                     }
                 } else {
                     self.ctrl_queue
-                        .push_back(Ctrl::ProbeAck(pkt.path, *p, src_port));
+                        .push_back(Ctrl::ProbeAck(pkt.path, *p, src_port, nic_port));
                 }
             }
             Body::ProbeAck(p) => self.on_probe_ack(pkt.path, p),
@@ -1401,11 +1422,17 @@ impl Connection {
         for p in &self.paths {
             min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, self.cfg.ack_delay_ns)));
         }
-        if self.peer_hint_mbps != 0 && self.has_unsent() && self.state == ConnState::Open {
+        // Only future deadlines that `handle_timeout` clears, or the embedder would spin.
+        if self.pace_armed
+            && self.has_unsent()
+            && matches!(self.state, ConnState::Open | ConnState::Closing)
+        {
             min(Some(self.pace_next));
         }
         if let Some(at) = self.hint_req_at {
-            min(Some(at + self.cfg.initial_rto_ns));
+            if self.state == ConnState::Open {
+                min(Some(at + self.cfg.initial_rto_ns));
+            }
         }
         for r in &self.rx_paths {
             min(r.hint_ack_at);
@@ -1499,6 +1526,16 @@ impl Connection {
             }
         }
         self.detect_time_losses(now);
+        if self.pace_armed && self.pace_next <= now {
+            self.pace_armed = false; // the next packet may go: the endpoint polls us again
+        }
+        if self
+            .hint_req_at
+            .is_some_and(|t| t + self.cfg.initial_rto_ns <= now)
+            && self.hint_tries >= HINT_TRIES
+        {
+            self.hint_req_at = None; // give up on the hint: data goes out without it
+        }
         for i in 0..self.paths.len() {
             let interval = self.cfg.probe_interval_ns;
             let p = &mut self.paths[i];
@@ -1705,7 +1742,7 @@ impl Connection {
                     self.peer_conn,
                 )
             }
-            Ctrl::ProbeAck(i, pr, reply_port) => (
+            Ctrl::ProbeAck(i, pr, reply_port, _) => (
                 Body::ProbeAck(ProbeRepr {
                     probe_seq: pr.probe_seq,
                     ts: pr.ts,
@@ -1715,7 +1752,13 @@ impl Connection {
                 self.peer_conn,
             ),
         };
-        self.last_tx_port = self.ctrl_port(path);
+        self.last_tx_port = match c {
+            // An answer goes back on the plane its probe came in on.
+            Ctrl::ProbeAck(_, _, _, arrived) if self.tx_ready >> arrived & 1 == 1 => arrived,
+            Ctrl::ProbeAck(..) => self.ctrl_port(path),
+            // Our own probes test our path's plane.
+            _ => self.own_port(path),
+        };
         let pkt = Packet {
             flags: if matches!(c, Ctrl::HintRequest(_)) {
                 flags::BACKLOG
@@ -1901,11 +1944,11 @@ impl Connection {
         // starting together then put N tiny probes, not N windows, into the receiver's queue.
         let cold =
             self.last_ack_at == 0 || now.saturating_sub(self.last_ack_at) > self.cfg.cold_after_ns;
-        if cold && inflight == 0 && self.has_unsent() && self.hint_tries < HINT_TRIES {
-            if self
-                .hint_req_at
-                .is_none_or(|t| now >= t + self.cfg.initial_rto_ns)
-            {
+        let waiting = self
+            .hint_req_at
+            .is_some_and(|t| now < t + self.cfg.initial_rto_ns);
+        if cold && inflight == 0 && self.has_unsent() && (waiting || self.hint_tries < HINT_TRIES) {
+            if !waiting {
                 self.hint_req_at = Some(now);
                 self.hint_tries += 1;
                 let p = self
@@ -2116,8 +2159,9 @@ impl Connection {
             // Token bucket: the hinted rate on wire bytes, a burst of at most PACE_BURST packets.
             let wire = (len + WIRE_OVERHEAD) as f64;
             let gap = (wire * 8000.0 / self.peer_hint_mbps as f64) as u64;
-            let burst = gap * PACE_BURST;
+            let burst = gap * (PACE_BURST - 1);
             self.pace_next = self.pace_next.max(now.saturating_sub(burst)) + gap;
+            self.pace_armed = self.pace_next > now;
         }
         let entropy = self.paths[pi].entropy;
         self.last_tx_port = self.paths[pi].plane;

@@ -521,7 +521,7 @@ impl TxPath {
 
     /// Give up on the current route: new entropy (re-route), probe for it.
     pub(crate) fn fail(&mut self, now: u64) {
-        self.move_plane();
+        // The first probe (at once) moves the path: new source port and next plane.
         self.state = PathState::Probing;
         self.failed_at = now;
         self.probe_at = Some(now);
