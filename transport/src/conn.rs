@@ -236,8 +236,11 @@ pub fn path_entropy(seed: u64, i: u8, g: u32) -> u16 {
 /// Ethernet + IPv4 + UDP headers, FCS, preamble and inter-frame gap: what a packet costs on
 /// the wire beyond its UDP payload (pacing counts wire bytes, like the receiver's capacity).
 const WIRE_OVERHEAD: usize = 14 + 20 + 8 + 4 + 20;
-/// Packets a paced connection may send back to back after being idle.
-const PACE_BURST: u64 = 2;
+/// Packets a paced connection may send back to back after being idle: none, so a fair share
+/// is a steady stream from the first packet.
+const PACE_BURST: u64 = 1;
+/// Smallest window the hint allows, in packets.
+const HINT_WINDOW_MIN: f64 = 4.0;
 /// Unanswered cold-start hint requests before data goes out without a hint.
 const HINT_TRIES: u32 = 3;
 
@@ -1074,10 +1077,18 @@ impl Connection {
         }
         self.counters.acks_received += 1;
         self.last_ack_at = now;
-        self.hint_req_at = None;
+        let was_cold = self.hint_req_at.take().is_some();
         self.hint_tries = 0;
         if a.rate_hint_mbps != 0 {
             self.apply_hint(a.rate_hint_mbps);
+            if was_cold {
+                // Senders released by the same fair-share decision would all send their first
+                // packet at once: start at a deterministic pseudo-random point of one gap.
+                let gap =
+                    ((self.mtu as usize + 118) as f64 * 8000.0 / a.rate_hint_mbps as f64) as u64;
+                self.pace_next = now + splitmix64(self.seed ^ now) % gap.max(1);
+                self.pace_armed = self.pace_next > now;
+            }
         }
         let now32 = now as u32;
         let rtt = now32.wrapping_sub(a.ts_echo).wrapping_sub(a.ack_delay_ns);
@@ -1167,8 +1178,11 @@ impl Connection {
     /// Bytes the hint allows in flight: rate × (base RTT × 1.25 + the receiver's ACK delay),
     /// since with N paths an ACK can be held up to `ack_delay` and the window must cover it.
     fn hint_window(&self) -> f64 {
-        let rtt = self.base_rtt() as f64 * 1.25 + self.cfg.ack_delay_ns as f64;
-        self.peer_hint_mbps as f64 / 8000.0 * rtt
+        // Pacing sets the rate; the window is only a safety bound, so it gets headroom: an RTT
+        // and a half plus the ACK delay, and never less than HINT_WINDOW_MIN packets (a fair
+        // share below a packet per RTT must not stall on a one-packet window).
+        let rtt = self.base_rtt() as f64 * 1.5 + self.cfg.ack_delay_ns as f64;
+        (self.peer_hint_mbps as f64 / 8000.0 * rtt).max(HINT_WINDOW_MIN * self.mtu as f64)
     }
 
     fn on_nack(&mut self, now: u64, path: u8, n: &NackRepr) {
@@ -2122,6 +2136,12 @@ impl Connection {
         }
         if self.has_unsent() {
             fl |= flags::BACKLOG;
+        }
+        // This packet fills the window: ask for an ACK at once rather than after the
+        // receiver's delayed-ACK timer, or a small window idles for that long every round.
+        let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
+        if (inflight + 2 * mtu as u64) as f64 > self.conn_window() {
+            fl |= flags::ACK_REQ;
         }
         let path = &self.paths[pi];
         let pkt = Packet {
