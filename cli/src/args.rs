@@ -24,6 +24,14 @@ pub enum Command {
     /// loss tolerance vs. RoCEv2, incast, permutation, multipath. Prints tables, writes CSV
     /// and SVG plots.
     Bench(BenchArgs),
+    /// The DPDK poll-mode engine: run it from a TOML config, print a default config, etc.
+    /// (`ferroce dataplane --help` for its own options).
+    Dataplane {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Print the counters a running engine writes to its `[counters] json` file.
+    Stats { file: PathBuf },
 }
 
 #[derive(Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +48,9 @@ pub enum BenchWhich {
     Multipath,
     /// All four, then the thresholds in one list.
     All,
+    /// Raw DPDK packet rate vs ferroce's rate on the same PMD (net_ring, net_af_packet/veth);
+    /// needs root and DPDK; its own options follow (`ferroce bench dataplane --help`).
+    Dataplane,
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -466,9 +477,10 @@ mod tests {
         assert!(!b.quick);
         assert_eq!(b.seed, 1);
         assert_eq!(b.out, PathBuf::from("out"));
-        let Command::Bench(b) = parse(&["bench", "all", "--quick", "--seed", "5", "--out", "/tmp/o"])
-            .unwrap()
-            .cmd
+        let Command::Bench(b) =
+            parse(&["bench", "all", "--quick", "--seed", "5", "--out", "/tmp/o"])
+                .unwrap()
+                .cmd
         else {
             panic!("not bench")
         };

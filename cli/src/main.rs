@@ -24,11 +24,27 @@ const EXIT_VERIFY_FAILED: u8 = 1;
 const EXIT_ERROR: u8 = 2;
 
 fn main() -> ExitCode {
+    // `bench dataplane` takes the dataplane's own options: hand them over unparsed.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.len() >= 3 && argv[1] == "bench" && argv[2] == "dataplane" {
+        let code = ferroce_dataplane::main_bench(&argv[3..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let cli = Cli::parse();
     let res = match cli.cmd {
         Command::Demo(a) => demo(&a),
         Command::Sim(a) => sim(&a),
+        Command::Bench(a) if a.which == args::BenchWhich::Dataplane => {
+            Ok(ferroce_dataplane::main_bench(&[]) == 0)
+        }
         Command::Bench(a) => bench::run(&a),
+        Command::Dataplane { args } => {
+            let code = ferroce_dataplane::main_dataplane(&args);
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+        Command::Stats { file } => ferroce_dataplane::cli::print_stats_file(&file)
+            .map(|_| true)
+            .map_err(|e| format!("{}: {e}", file.display())),
     };
     match res {
         Ok(true) => ExitCode::SUCCESS,

@@ -143,6 +143,18 @@ pub fn totals(sim: &Sim<NodeHost>) -> TransportTotals {
     t
 }
 
+/// Every verification error the hosts saw while running (completions, received data), without
+/// the end-of-run memory check (which only makes sense once every flow has completed).
+pub fn host_errors(sim: &Sim<NodeHost>) -> Vec<String> {
+    let mut errs = Vec::new();
+    for (i, h) in sim.hosts().enumerate() {
+        for e in &h.errors {
+            errs.push(format!("host {i}: {e}"));
+        }
+    }
+    errs
+}
+
 /// Every verification error of every host, plus the end-of-run check of server memory.
 pub fn all_errors(sim: &Sim<NodeHost>) -> Vec<String> {
     let mut errs = Vec::new();

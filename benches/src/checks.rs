@@ -1,0 +1,196 @@
+//! The "done when" thresholds of issue 3, checked against benchmark reports. The `ferroce bench`
+//! command prints them; the shape test asserts them.
+
+use crate::incast::IncastReport;
+use crate::loss::{LossReport, Mode};
+use crate::multipath::MultipathReport;
+use crate::permutation::PermutationReport;
+use crate::roce::AckTimeout;
+
+/// One threshold and what was measured.
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub what: String,
+    pub threshold: String,
+    pub measured: String,
+    /// None: could not be measured (e.g. the scenario did not run).
+    pub pass: Option<bool>,
+}
+
+impl Check {
+    fn new(what: &str, threshold: &str, measured: String, pass: Option<bool>) -> Self {
+        Check {
+            what: what.into(),
+            threshold: threshold.into(),
+            measured,
+            pass,
+        }
+    }
+
+    pub fn verdict(&self) -> &'static str {
+        match self.pass {
+            Some(true) => "PASS",
+            Some(false) => "FAIL",
+            None => "NOT MEASURED",
+        }
+    }
+}
+
+fn f(v: Option<f64>, d: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.d$}"),
+        _ => "-".into(),
+    }
+}
+
+/// Loss thresholds: native (8 paths) beats RoCEv2 at 1 %; 8-path ratio ≥ 0.96 at 1 % and
+/// ≥ 0.81 at 10 %.
+pub fn loss(r: &LossReport) -> Vec<Check> {
+    let n8 = Mode::Native { paths: 8 };
+    let mut out = Vec::new();
+    let native = r.row(n8, 0.01);
+    let roce: Vec<_> = AckTimeout::ALL
+        .iter()
+        .filter_map(|&t| r.row(Mode::Roce(t), 0.01))
+        .collect();
+    let beats = match (native, roce.is_empty()) {
+        (Some(n), false) => Some(roce.iter().all(|x| n.goodput_gbps > x.goodput_gbps)),
+        _ => None,
+    };
+    out.push(Check::new(
+        "loss: native (8 paths) beats RoCEv2 at 1 % loss",
+        "native goodput > every RoCEv2 goodput",
+        format!(
+            "native {} Gb/s (ratio {}); RoCEv2 {}",
+            f(native.map(|n| n.goodput_gbps), 2),
+            f(native.map(|n| n.ratio_to_lossless), 3),
+            if roce.is_empty() {
+                "not run (no RoCEv2 engine in this build)".to_string()
+            } else {
+                roce.iter()
+                    .map(|x| {
+                        format!(
+                            "{}: {:.2} Gb/s (ratio {:.3})",
+                            x.mode.name(),
+                            x.goodput_gbps,
+                            x.ratio_to_lossless
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ),
+        beats,
+    ));
+    for (p, min) in [(0.01, 0.96), (0.10, 0.81)] {
+        let x = r.row(n8, p).map(|x| x.ratio_to_lossless);
+        out.push(Check::new(
+            &format!("loss: 8 paths, ratio_to_lossless at {} % loss", p * 100.0),
+            &format!(">= {min}"),
+            f(x, 4),
+            x.map(|v| v >= min),
+        ));
+    }
+    out
+}
+
+/// Incast thresholds (64 senders, hints on): settle ≤ 3 base RTTs, FCT max/min ≤ 1.05, late
+/// joiner ≤ 4 RTTs.
+pub fn incast(r: &IncastReport) -> Vec<Check> {
+    let row = r.row(64, true);
+    let settle = row.map(|x| x.settle_rtts);
+    let fct = row.map(|x| x.fct_max_min);
+    let join = row.map(|x| x.join_rtts);
+    vec![
+        Check::new(
+            "incast 64:1, hints on: settle time",
+            "<= 3 base RTTs",
+            f(settle.flatten(), 2),
+            settle.map(|s| s.is_some_and(|v| v <= 3.0)),
+        ),
+        Check::new(
+            "incast 64:1, hints on: slowest / fastest flow completion",
+            "<= 1.05",
+            f(fct, 4),
+            fct.map(|v| v <= 1.05),
+        ),
+        Check::new(
+            "incast 64:1, hints on: late joiner reaches its fair share (+-25 %)",
+            "<= 4 base RTTs",
+            f(join.flatten(), 2),
+            join.map(|s| s.is_some_and(|v| v <= 4.0)),
+        ),
+    ]
+}
+
+/// Permutation threshold: worst flow ≥ 0.85 of line rate with spraying.
+pub fn permutation(r: &PermutationReport) -> Vec<Check> {
+    let w = r.spraying().map(|x| x.worst_rate);
+    vec![Check::new(
+        "permutation 128 x 16 MiB, default spraying: worst flow",
+        ">= 0.85 of line rate",
+        f(w, 4),
+        w.map(|v| v >= 0.85),
+    )]
+}
+
+/// Multipath thresholds: 8 planes ≥ 7.6 × one; after a plane failure back to 95 % of the
+/// surviving capacity within 5 RTTs with 0 messages lost; 16,000 connections run with memory
+/// per idle connection stated.
+pub fn multipath(r: &MultipathReport) -> Vec<Check> {
+    let mut out = Vec::new();
+    let s8 = r.row(8, "steady").and_then(|x| x.scaling);
+    out.push(Check::new(
+        "multipath: 8 planes vs 1, goodput",
+        ">= 7.6 x",
+        f(s8, 3),
+        s8.map(|v| v >= 7.6),
+    ));
+    let downs: Vec<_> = r.rows.iter().filter(|x| x.event == "plane-down").collect();
+    let worst = downs
+        .iter()
+        .map(|x| x.recover_rtts.unwrap_or(f64::INFINITY))
+        .fold(f64::NEG_INFINITY, f64::max);
+    out.push(Check::new(
+        "multipath: plane failure, recovery to 95 % of surviving capacity",
+        "<= 5 base RTTs (every plane count)",
+        downs
+            .iter()
+            .map(|x| format!("{} planes: {}", x.planes, f(x.recover_rtts, 2)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        (!downs.is_empty()).then_some(worst <= 5.0),
+    ));
+    let lost: u64 = r
+        .rows
+        .iter()
+        .filter(|x| x.event == "plane-down")
+        .map(|x| x.lost_msgs)
+        .sum();
+    let errs: usize = downs.iter().map(|x| x.errors.len()).sum();
+    out.push(Check::new(
+        "multipath: plane failure, messages lost or failed",
+        "0 (and no verification errors)",
+        format!("{lost} lost, {errs} errors"),
+        (!downs.is_empty()).then_some(lost == 0 && errs == 0),
+    ));
+    let c16 = r.connections_row(16_000);
+    out.push(Check::new(
+        "multipath: 16,000 concurrent connections run, memory per idle connection stated",
+        "all complete, 0 lost, memory measured",
+        match c16 {
+            Some(x) => format!(
+                "{:.1} Gb/s aggregate, {} lost, {} errors, memory per idle connection {}",
+                x.goodput_gbps,
+                x.lost_msgs,
+                x.errors.len(),
+                x.mem_per_conn
+                    .map(|(c, s)| format!("{c:.0} B client / {s:.0} B server"))
+                    .unwrap_or_else(|| "not measured".into())
+            ),
+            None => "-".into(),
+        },
+        c16.map(|x| x.lost_msgs == 0 && x.errors.is_empty() && x.mem_per_conn.is_some()),
+    ));
+    out
+}

@@ -1,0 +1,228 @@
+//! `bench permutation`: on the reference fabric every host sends 16 MiB to a distinct host (a
+//! seeded random permutation without fixed points), all starting together; per-flow rate as a
+//! fraction of line rate, with 1 path per connection (plain per-flow ECMP) and with the
+//! default path count (spraying over that many ECMP paths).
+
+use crate::fabric::{self, LINK_BPS, MTU};
+use crate::progress::Progress;
+use crate::{native_host, Opts, Rng};
+use ferroce_harness::multi::{self, Flow};
+use ferroce_harness::WorkloadSpec;
+use ferroce_sim::HostId;
+use ferroce_transport::EndpointConfig;
+use std::time::Instant;
+
+/// Settings of the permutation benchmark.
+#[derive(Clone, Debug)]
+pub struct PermutationConfig {
+    pub opts: Opts,
+    /// Path counts to compare (0 = the transport's default).
+    pub paths: Vec<u8>,
+    pub bytes_per_flow: u64,
+    pub msg_size: u32,
+    pub depth: u32,
+}
+
+impl PermutationConfig {
+    pub fn new(opts: Opts) -> Self {
+        PermutationConfig {
+            opts,
+            paths: vec![1, 0],
+            bytes_per_flow: if opts.quick { 4 << 20 } else { 16 << 20 },
+            msg_size: 65_536,
+            depth: 16,
+        }
+    }
+}
+
+/// One path setting's figures.
+#[derive(Clone, Debug)]
+pub struct PermutationRow {
+    pub paths: u8,
+    pub default_paths: bool,
+    /// Mean and worst per-flow rate, fractions of line rate.
+    pub mean_rate: f64,
+    pub worst_rate: f64,
+    /// Best flow, 10th percentile.
+    pub best_rate: f64,
+    pub p10_rate: f64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub drops: u64,
+    pub max_queue_bdp: f64,
+    pub completed: bool,
+    pub errors: Vec<String>,
+    pub events: u64,
+    pub wall_s: f64,
+}
+
+/// Result of the permutation benchmark.
+#[derive(Clone, Debug)]
+pub struct PermutationReport {
+    pub config: PermutationConfig,
+    pub rows: Vec<PermutationRow>,
+    pub setup: Vec<String>,
+    pub definitions: Vec<String>,
+    pub wall_s: f64,
+}
+
+impl PermutationReport {
+    /// The row with the transport's default path count.
+    pub fn spraying(&self) -> Option<&PermutationRow> {
+        self.rows.iter().find(|r| r.default_paths)
+    }
+    pub fn single_path(&self) -> Option<&PermutationRow> {
+        self.rows.iter().find(|r| r.paths == 1 && !r.default_paths)
+    }
+}
+
+/// A seeded random permutation of `0..n` without fixed points (Sattolo's algorithm: a single
+/// cycle, so every host sends to another and receives from another).
+pub fn derangement(n: usize, seed: u64) -> Vec<usize> {
+    let mut p: Vec<usize> = (0..n).collect();
+    let mut rng = Rng::new(seed ^ 0x9e57);
+    for i in (1..n).rev() {
+        let j = rng.below(i);
+        p.swap(i, j);
+    }
+    p
+}
+
+const T0: u64 = 100_000;
+
+fn run_one(cfg: &PermutationConfig, paths: u8) -> PermutationRow {
+    let t_wall = Instant::now();
+    let seed = cfg.opts.seed;
+    let topo = fabric::reference_config(seed);
+    let mut ep = EndpointConfig::default();
+    let default_paths = paths == 0;
+    if !default_paths {
+        ep.conn.paths = paths;
+    }
+    ep.conn.mtu = MTU;
+    let paths_used = ep.conn.paths;
+    let mut sim = fabric::fat_tree(&topo, |id, ip| native_host(id, ip, &ep, seed));
+    let n = fabric::FAT_TREE_HOSTS;
+    let perm = derangement(n, seed);
+    let msgs = cfg.bytes_per_flow.div_ceil(cfg.msg_size as u64) as u32;
+    let w = WorkloadSpec {
+        depth: cfg.depth,
+        max_write_slots: 16,
+        ..WorkloadSpec::bulk_write(1, msgs, cfg.msg_size)
+    };
+    let flows: Vec<Flow> = (0..n)
+        .map(|i| Flow {
+            client: HostId(i as u32),
+            server: HostId(perm[i] as u32),
+            workload: w.clone(),
+            start_at: T0,
+        })
+        .collect();
+    let h = multi::start_flows(&mut sim, &flows);
+    let completed = multi::run_flows(&mut sim, &h, T0 + 2_000_000_000, 5_000);
+    let t = sim.now() + 50_000;
+    sim.run_until(t);
+    let line = LINK_BPS as f64 / 1e9;
+    let mut rates: Vec<f64> = h
+        .iter()
+        .map(|f| {
+            let c = f.state(&sim);
+            match c.finished_at {
+                Some(end) => c.bytes_done as f64 * 8.0 / (end - T0) as f64 / line,
+                None => 0.0,
+            }
+        })
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    let tot = multi::totals(&sim);
+    let st = sim.stats();
+    PermutationRow {
+        paths: paths_used,
+        default_paths,
+        mean_rate: rates.iter().sum::<f64>() / rates.len() as f64,
+        worst_rate: rates[0],
+        best_rate: rates[rates.len() - 1],
+        p10_rate: rates[rates.len() / 10],
+        retransmits: tot.retx_pkts,
+        timeouts: tot.timeouts,
+        drops: st.totals().dropped(),
+        max_queue_bdp: st.max_queue_bytes() as f64 / fabric::BDP_BYTES as f64,
+        completed,
+        errors: multi::all_errors(&sim),
+        events: sim.events_processed(),
+        wall_s: t_wall.elapsed().as_secs_f64(),
+    }
+}
+
+/// Runs the benchmark.
+pub fn run(cfg: &PermutationConfig, progress: &dyn Progress) -> PermutationReport {
+    let t_all = Instant::now();
+    progress.begin("permutation", cfg.paths.len() as u64);
+    let mut rows = Vec::new();
+    for &p in &cfg.paths {
+        progress.step(&if p == 0 {
+            "128 hosts, default paths (spraying)".to_string()
+        } else {
+            format!("128 hosts, {p} path(s) per connection")
+        });
+        rows.push(run_one(cfg, p));
+    }
+    progress.end();
+    let rtt = fabric::reference_rtt_ns();
+    PermutationReport {
+        config: cfg.clone(),
+        rows,
+        setup: vec![
+            format!("fabric: {}", fabric::describe_reference(rtt)),
+            format!(
+                "traffic: every host sends {} MiB to another (seeded random permutation, no host to itself, every host receives one flow), \
+                 1 stream, WRITEs of {} B, {} in flight; all start together after the connections are open",
+                cfg.bytes_per_flow >> 20,
+                cfg.msg_size,
+                cfg.depth
+            ),
+            "paths: 1 = every packet of a connection on one ECMP path (one UDP source port); default = the transport's default path count, \
+             packets sprayed over that many source ports".into(),
+        ],
+        definitions: vec![
+            "rate of a flow: its bytes / its completion time (from the common start), as a fraction of the 100 Gb/s line rate".into(),
+            "mean_rate, worst_rate: mean and minimum over the 128 flows".into(),
+            "retransmits: packets that carried data sent before, all hosts".into(),
+        ],
+        wall_s: t_all.elapsed().as_secs_f64(),
+    }
+}
+
+/// CSV of the report (header row first).
+pub fn csv(r: &PermutationReport) -> crate::csv::Csv {
+    use crate::csv::num;
+    let mut c = crate::csv::Csv::new(&[
+        "paths",
+        "mean_rate",
+        "worst_rate",
+        "retransmits",
+        "p10_rate",
+        "best_rate",
+        "timeouts",
+        "drops",
+        "max_queue_bdp",
+        "completed",
+        "errors",
+    ]);
+    for x in &r.rows {
+        c.push(vec![
+            x.paths.to_string(),
+            num(Some(x.mean_rate), 4),
+            num(Some(x.worst_rate), 4),
+            x.retransmits.to_string(),
+            num(Some(x.p10_rate), 4),
+            num(Some(x.best_rate), 4),
+            x.timeouts.to_string(),
+            x.drops.to_string(),
+            num(Some(x.max_queue_bdp), 3),
+            (if x.completed { "yes" } else { "no" }).into(),
+            x.errors.len().to_string(),
+        ]);
+    }
+    c
+}

@@ -1,0 +1,535 @@
+//! `ferroce bench ...`: runs the benchmark suite (crate `ferroce-benches`), prints tables,
+//! writes CSV and SVG files, and checks the figures against issue 3's thresholds.
+
+use crate::args::{BenchArgs, BenchWhich};
+use crate::format::{count, trim_float, Table};
+use ferroce_benches::checks::{self, Check};
+use ferroce_benches::incast::{self, IncastConfig, IncastReport};
+use ferroce_benches::loss::{self, LossConfig, LossModel, LossReport};
+use ferroce_benches::multipath::{self, MultipathConfig, MultipathReport};
+use ferroce_benches::permutation::{self, PermutationConfig, PermutationReport};
+use ferroce_benches::progress::Progress;
+use ferroce_benches::{profile, Opts};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+/// A progress bar on stderr; indicatif draws nothing when stderr is not a terminal.
+struct Bar {
+    pb: RefCell<Option<(ProgressBar, bool)>>,
+}
+
+impl Bar {
+    fn new() -> Self {
+        Bar {
+            pb: RefCell::new(None),
+        }
+    }
+}
+
+impl Progress for Bar {
+    fn begin(&self, bench: &str, steps: u64) {
+        let pb = ProgressBar::with_draw_target(Some(steps), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template(
+            "{prefix:>12.bold} [{bar:28}] {pos}/{len} {elapsed:>4} {wide_msg}",
+        ) {
+            pb.set_style(style.progress_chars("=> "));
+        }
+        pb.set_prefix(bench.to_string());
+        pb.enable_steady_tick(std::time::Duration::from_millis(250));
+        *self.pb.borrow_mut() = Some((pb, false));
+    }
+
+    fn step(&self, what: &str) {
+        if let Some((pb, started)) = self.pb.borrow_mut().as_mut() {
+            if *started {
+                pb.inc(1);
+            }
+            *started = true;
+            pb.set_message(what.to_string());
+        }
+    }
+
+    fn end(&self) {
+        if let Some((pb, _)) = self.pb.borrow_mut().take() {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+fn opt(v: Option<f64>, d: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.d$}"),
+        _ => "-".into(),
+    }
+}
+
+fn header(title: &str, setup: &[String], opts: Opts) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{title}");
+    for s in setup {
+        let _ = writeln!(out, "  {s}");
+    }
+    let _ = writeln!(
+        out,
+        "  seed {}{} (deterministic: the same seed gives the same figures)",
+        opts.seed,
+        if opts.quick {
+            ", --quick (less data per run)"
+        } else {
+            ""
+        }
+    );
+    out.push('\n');
+    out
+}
+
+fn lines(title: &str, v: &[String]) -> String {
+    let mut out = format!("{title}\n");
+    for s in v {
+        let _ = writeln!(out, "  {s}");
+    }
+    out
+}
+
+fn render_checks(c: &[Check]) -> String {
+    let mut out = String::from("issue 3 thresholds:\n");
+    for x in c {
+        let _ = writeln!(
+            out,
+            "  {:<12} {} (needs {}): {}",
+            x.verdict(),
+            x.what,
+            x.threshold,
+            x.measured
+        );
+    }
+    out
+}
+
+fn files_line(paths: &[&Path]) -> String {
+    let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    format!("written: {}\n", v.join(", "))
+}
+
+fn write_csv(c: &ferroce_benches::csv::Csv, path: &Path) -> Result<(), String> {
+    c.write(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+fn render_loss(r: &LossReport, verbose: bool) -> String {
+    let mut out = header(
+        "ferroce bench loss: goodput against packet loss, native multipath vs. RoCEv2 go-back-N",
+        &r.setup,
+        r.config.opts,
+    );
+    let modes = r.config.modes();
+    let mut head = vec!["loss".to_string()];
+    head.extend(modes.iter().map(|m| m.label()));
+    let mut t = Table::new(head);
+    let mut models: Vec<LossModel> = Vec::new();
+    for x in &r.rows {
+        if !models.contains(&x.model) {
+            models.push(x.model);
+        }
+    }
+    for m in &models {
+        let name = match m {
+            LossModel::Random(p) => format!("{} %", trim_float(p * 100.0, 2)),
+            LossModel::Bursty(ge) => format!("{} % bursty", trim_float(ge.mean_loss() * 100.0, 2)),
+        };
+        let mut row = vec![name];
+        for &mode in &modes {
+            let cell = r
+                .rows
+                .iter()
+                .find(|x| x.mode == mode && x.model == *m)
+                .map(|x| {
+                    format!(
+                        "{:.3} ({:.1}){}",
+                        x.ratio_to_lossless,
+                        x.goodput_gbps,
+                        if x.completed { "" } else { "*" }
+                    )
+                })
+                .unwrap_or_else(|| "-".into());
+            row.push(cell);
+        }
+        t.row(row);
+    }
+    out.push_str("goodput / lossless goodput (goodput in Gb/s); * = stopped at the time limit\n");
+    out.push_str(&t.render());
+    out.push('\n');
+    let mut d = Table::new(
+        [
+            "mode",
+            "paths",
+            "loss",
+            "model",
+            "goodput Gb/s",
+            "ratio",
+            "retransmits",
+            "timeouts",
+            "msg p50 µs",
+            "msg p99 µs",
+            "done",
+            "wall s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    );
+    for x in &r.rows {
+        if !verbose && !matches!(x.model, LossModel::Random(p) if p == 0.01 || p == 0.10) {
+            continue;
+        }
+        d.row(vec![
+            x.mode.name().into(),
+            x.mode.paths().to_string(),
+            format!("{} %", trim_float(x.loss_pct, 2)),
+            x.model.name().into(),
+            format!("{:.2}", x.goodput_gbps),
+            format!("{:.4}", x.ratio_to_lossless),
+            count(x.retransmits),
+            count(x.timeouts),
+            format!("{:.1}", x.msg_p50_us),
+            format!("{:.1}", x.msg_p99_us),
+            (if x.completed { "yes" } else { "no" }).into(),
+            format!("{:.2}", x.wall_s),
+        ]);
+    }
+    out.push_str(if verbose {
+        "every run:\n"
+    } else {
+        "at 1 % and 10 % loss (-v for every run; the CSV has all):\n"
+    });
+    out.push_str(&d.render());
+    let errs: Vec<String> = r
+        .rows
+        .iter()
+        .filter(|x| !x.errors.is_empty())
+        .map(|x| {
+            format!(
+                "{} at {} %: {} verification errors, first: {}",
+                x.mode.label(),
+                trim_float(x.loss_pct, 2),
+                x.errors.len(),
+                x.errors[0]
+            )
+        })
+        .collect();
+    if !errs.is_empty() {
+        out.push('\n');
+        out.push_str(&lines("VERIFICATION ERRORS:", &errs));
+    }
+    out.push('\n');
+    out.push_str(&lines("definitions:", &r.notes));
+    out
+}
+
+fn render_incast(r: &IncastReport) -> String {
+    let mut out = header(
+        "ferroce bench incast: N senders -> 1 receiver on the 128-host fat tree",
+        &r.setup,
+        r.config.opts,
+    );
+    let mut t = Table::new(
+        [
+            "senders",
+            "hints",
+            "settle RTTs",
+            "(agg / fair)",
+            "max queue BDP",
+            "drops",
+            "Jain",
+            "FCT max/min",
+            "join RTTs",
+            "utilisation",
+            "retransmits",
+            "timeouts",
+            "join: queue BDP / drops",
+            "wall s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    );
+    for x in &r.rows {
+        t.row(vec![
+            x.senders.to_string(),
+            (if x.hints { "on" } else { "off" }).into(),
+            opt(x.settle_rtts, 2),
+            format!("({} / {})", opt(x.agg_rtts, 2), opt(x.fair_rtts, 2)),
+            format!("{:.2}", x.max_queue_bdp),
+            count(x.drops),
+            format!("{:.4}", x.jain),
+            opt(Some(x.fct_max_min), 3),
+            opt(x.join_rtts, 2),
+            format!("{:.3}", x.utilisation),
+            count(x.retransmits),
+            count(x.timeouts),
+            format!("{:.2} / {}", x.join_max_queue_bdp, count(x.join_drops)),
+            format!("{:.2}", x.wall_s),
+        ]);
+    }
+    out.push_str(&t.render());
+    let errs: Vec<String> = r
+        .rows
+        .iter()
+        .filter(|x| !x.errors.is_empty() || !x.completed)
+        .map(|x| {
+            format!(
+                "{} senders, hints {}: completed {}, {} errors{}",
+                x.senders,
+                x.hints,
+                x.completed,
+                x.errors.len(),
+                x.errors
+                    .first()
+                    .map(|e| format!(", first: {e}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    if !errs.is_empty() {
+        out.push('\n');
+        out.push_str(&lines("PROBLEMS:", &errs));
+    }
+    out.push('\n');
+    out.push_str(&lines("definitions:", &r.definitions));
+    out
+}
+
+fn render_permutation(r: &PermutationReport) -> String {
+    let mut out = header(
+        "ferroce bench permutation: 128 hosts, each sends to another",
+        &r.setup,
+        r.config.opts,
+    );
+    let mut t = Table::new(
+        [
+            "paths",
+            "mean rate",
+            "worst rate",
+            "p10 rate",
+            "best rate",
+            "retransmits",
+            "timeouts",
+            "drops",
+            "max queue BDP",
+            "done",
+            "wall s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    );
+    for x in &r.rows {
+        t.row(vec![
+            if x.default_paths {
+                format!("{} (default)", x.paths)
+            } else {
+                x.paths.to_string()
+            },
+            format!("{:.3}", x.mean_rate),
+            format!("{:.3}", x.worst_rate),
+            format!("{:.3}", x.p10_rate),
+            format!("{:.3}", x.best_rate),
+            count(x.retransmits),
+            count(x.timeouts),
+            count(x.drops),
+            format!("{:.2}", x.max_queue_bdp),
+            (if x.completed && x.errors.is_empty() {
+                "yes"
+            } else {
+                "NO"
+            })
+            .into(),
+            format!("{:.2}", x.wall_s),
+        ]);
+    }
+    out.push_str(&t.render());
+    out.push_str(
+        "reference (UEC htsim, same fabric): 1 path 0.54/0.24 mean/worst, oblivious spraying 0.87/0.67, UET best 0.91/0.86\n",
+    );
+    out.push('\n');
+    out.push_str(&lines("definitions:", &r.definitions));
+    out
+}
+
+fn render_multipath(r: &MultipathReport) -> String {
+    let mut out = header(
+        "ferroce bench multipath: planes, a plane failure, many connections",
+        &r.setup,
+        r.config.opts,
+    );
+    let mut t = Table::new(
+        [
+            "planes",
+            "event",
+            "paths",
+            "goodput Gb/s",
+            "scaling",
+            "recover RTTs",
+            "lost msgs",
+            "dip",
+            "connections",
+            "mem/idle conn (client/server)",
+            "retransmits",
+            "timeouts",
+            "wall s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    );
+    for x in &r.rows {
+        t.row(vec![
+            x.planes.to_string(),
+            x.event.into(),
+            x.paths.to_string(),
+            format!("{:.2}", x.goodput_gbps),
+            opt(x.scaling, 3),
+            opt(x.recover_rtts, 2),
+            count(x.lost_msgs),
+            opt(x.dip, 3),
+            count(x.connections as u64),
+            x.mem_per_conn
+                .map(|(c, s)| format!("{c:.0} B / {s:.0} B"))
+                .unwrap_or_else(|| "-".into()),
+            count(x.retransmits),
+            count(x.timeouts),
+            format!("{:.2}", x.wall_s),
+        ]);
+    }
+    out.push_str(&t.render());
+    let errs: Vec<String> = r
+        .rows
+        .iter()
+        .filter(|x| !x.errors.is_empty())
+        .map(|x| {
+            format!(
+                "{} planes, {}: {} errors, first: {}",
+                x.planes,
+                x.event,
+                x.errors.len(),
+                x.errors[0]
+            )
+        })
+        .collect();
+    if !errs.is_empty() {
+        out.push('\n');
+        out.push_str(&lines("PROBLEMS:", &errs));
+    }
+    out.push('\n');
+    out.push_str(&lines("definitions:", &r.definitions));
+    out
+}
+
+fn profile_lines() -> String {
+    if !profile::enabled() {
+        return String::new();
+    }
+    let mut t = Table::new(vec![
+        "transport method".into(),
+        "calls".into(),
+        "total s".into(),
+        "ns/call".into(),
+    ]);
+    for (m, calls, ns) in profile::take() {
+        t.row(vec![
+            m.into(),
+            count(calls),
+            format!("{:.3}", ns as f64 / 1e9),
+            format!("{:.0}", ns as f64 / calls.max(1) as f64),
+        ]);
+    }
+    format!(
+        "\nFERROCE_BENCH_PROFILE: time inside the transport\n{}",
+        t.render()
+    )
+}
+
+/// Runs `ferroce bench ...`; Ok(false) when a run failed verification.
+pub fn run(a: &BenchArgs) -> Result<bool, String> {
+    let opts = Opts {
+        quick: a.quick,
+        seed: a.seed,
+    };
+    let bar = Bar::new();
+    let t0 = Instant::now();
+    let mut all_checks: Vec<Check> = Vec::new();
+    let mut ok = true;
+    let out = &a.out;
+    let which = a.which;
+    let all = which == BenchWhich::All;
+    if all || which == BenchWhich::Loss {
+        let r = loss::run(&LossConfig::new(opts), &bar);
+        let csv = out.join("loss.csv");
+        let svg = out.join("loss.svg");
+        write_csv(&loss::csv(&r), &csv)?;
+        loss::plot(&r, &svg)?;
+        print!("{}", render_loss(&r, a.verbose));
+        let c = checks::loss(&r);
+        print!("\n{}", render_checks(&c));
+        print!("{}", files_line(&[&csv, &svg]));
+        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
+        ok &= r.rows.iter().all(|x| x.errors.is_empty());
+        all_checks.extend(c);
+    }
+    if all || which == BenchWhich::Incast {
+        let mut cfg = IncastConfig::new(opts);
+        if !a.senders.is_empty() {
+            cfg.senders = a.senders.iter().map(|&n| n as usize).collect();
+        }
+        let r = incast::run(&cfg, &bar);
+        let csv = out.join("incast.csv");
+        write_csv(&incast::csv(&r), &csv)?;
+        print!("{}", render_incast(&r));
+        let c = checks::incast(&r);
+        print!("\n{}", render_checks(&c));
+        print!("{}", files_line(&[&csv]));
+        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
+        ok &= r.rows.iter().all(|x| x.errors.is_empty() && x.completed);
+        all_checks.extend(c);
+    }
+    if all || which == BenchWhich::Permutation {
+        let r = permutation::run(&PermutationConfig::new(opts), &bar);
+        let csv = out.join("permutation.csv");
+        write_csv(&permutation::csv(&r), &csv)?;
+        print!("{}", render_permutation(&r));
+        let c = checks::permutation(&r);
+        print!("\n{}", render_checks(&c));
+        print!("{}", files_line(&[&csv]));
+        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
+        ok &= r.rows.iter().all(|x| x.errors.is_empty() && x.completed);
+        all_checks.extend(c);
+    }
+    if all || which == BenchWhich::Multipath {
+        let r = multipath::run(&MultipathConfig::new(opts), &bar);
+        let csv = out.join("multipath.csv");
+        let svg = out.join("multipath.svg");
+        write_csv(&multipath::csv(&r), &csv)?;
+        multipath::plot(&r, &svg)?;
+        print!("{}", render_multipath(&r));
+        let c = checks::multipath(&r);
+        print!("\n{}", render_checks(&c));
+        print!("{}", files_line(&[&csv, &svg]));
+        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
+        ok &= r.rows.iter().all(|x| x.errors.is_empty());
+        all_checks.extend(c);
+    }
+    if all {
+        println!("ferroce bench all: every threshold of issue 3");
+        print!("{}", render_checks(&all_checks));
+        let pass = all_checks.iter().filter(|c| c.pass == Some(true)).count();
+        println!(
+            "{pass} of {} thresholds met; total wall time {:.1} s",
+            all_checks.len(),
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    Ok(ok)
+}
