@@ -53,6 +53,21 @@ ferroce_setup_dpdk() {
     ferroce_log "DPDK $(pkg-config --modversion libdpdk), $(clang --version | head -n1)"
 }
 
+# The verbs shim's tests run the unmodified Debian verbs programs against it (ibverbs-utils,
+# perftest) and check its struct layouts against the system infiniband/verbs.h
+# (libibverbs-dev; rdma-core provides the provider libraries whose symbols the stubs mirror).
+# Installs only what is missing.
+ferroce_setup_verbs() {
+    local missing=()
+    command -v ibv_devinfo >/dev/null 2>&1 || missing+=(ibverbs-utils)
+    command -v ib_write_bw >/dev/null 2>&1 || missing+=(perftest)
+    [ -f /usr/include/infiniband/verbs.h ] || missing+=(libibverbs-dev)
+    dpkg -s rdma-core >/dev/null 2>&1 || missing+=(rdma-core)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        ferroce_apt_install "${missing[@]}" || return 1
+    fi
+}
+
 ferroce_setup() {
     local want_tests="${1:-}"
 
@@ -69,6 +84,9 @@ ferroce_setup() {
 
     # The workspace's dataplane crates need the system DPDK.
     ferroce_setup_dpdk || return 1
+
+    # The verbs shim's tests need the Debian verbs programs and headers.
+    ferroce_setup_verbs || return 1
 
     if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
         cat >&2 <<MSG

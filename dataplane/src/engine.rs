@@ -160,7 +160,27 @@ pub enum Command {
     Inject {
         frames: Vec<Vec<u8>>,
     },
+    /// Run a closure with the transport on the engine's thread, in command order (for
+    /// embedders that need calls the commands above do not name, e.g. the verbs shim's
+    /// RoCEv2 QPs with the PSNs the application chose).
+    Exec(TransportFn),
 }
+
+/// A closure for [`Command::Exec`].
+pub struct TransportFn(pub TransportCall);
+
+/// What a [`TransportFn`] holds.
+pub type TransportCall = Box<dyn FnOnce(&mut dyn Transport) + Send>;
+
+impl std::fmt::Debug for TransportFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TransportFn")
+    }
+}
+
+/// Receives every output on the engine's thread instead of the output queue (see
+/// [`Engine::set_output_sink`]); it may call the transport.
+pub type OutputSink = Box<dyn FnMut(Output, &mut dyn Transport) + Send>;
 
 /// What the engine tells the application.
 #[derive(Clone, Debug, PartialEq)]
@@ -360,6 +380,10 @@ pub struct Engine {
     /// it every poll costs a scan of its connections).
     next_timer: Option<u64>,
     timer_dirty: bool,
+    /// Embedder hooks: outputs delivered by a call instead of the queue, and registered
+    /// memory other than the shared [`Regions`].
+    sink: Option<OutputSink>,
+    ext_mem: Option<Box<dyn Memory + Send>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -444,6 +468,8 @@ impl Engine {
             payload_room,
             next_timer: None,
             timer_dirty: true,
+            sink: None,
+            ext_mem: None,
             port,
             pool,
             transport,
@@ -462,6 +488,19 @@ impl Engine {
 
     pub fn mac(&self) -> [u8; 6] {
         self.mac
+    }
+
+    /// Deliver every completion, event and refusal to `sink`, called on the engine's thread
+    /// with the transport, instead of the output queue (the verbs shim routes completions to
+    /// its CQs this way, and creates streams on accepted connections before their data).
+    pub fn set_output_sink(&mut self, sink: OutputSink) {
+        self.sink = Some(sink);
+    }
+
+    /// Use `mem` as the registered memory instead of the shared [`Regions`] (the verbs shim's
+    /// table over application memory).
+    pub fn set_memory(&mut self, mem: Box<dyn Memory + Send>) {
+        self.ext_mem = Some(mem);
     }
 
     pub fn ip(&self) -> Ipv4Addr {
@@ -529,7 +568,12 @@ impl Engine {
         // Registered memory is locked per access (a packet's copy), never across the poll,
         // so the application's own accesses rarely wait.
         let mem_arc = self.mem.clone();
-        let mut mem = LockedMem(&mem_arc);
+        let mut locked = LockedMem(&mem_arc);
+        let mut ext = self.ext_mem.take();
+        let mem: &mut dyn Memory = match ext.as_mut() {
+            Some(m) => &mut **m,
+            None => &mut locked,
+        };
 
         // Receive.
         let n = self.port.rx_burst(&mut self.rx, self.p.burst);
@@ -550,7 +594,7 @@ impl Engine {
         if !self.rx_pass.is_empty() {
             let mut pass = std::mem::take(&mut self.rx_pass);
             for m in pass.drain(..) {
-                self.handle_frame(now, &m, &mut mem);
+                self.handle_frame(now, &m, &mut *mem);
             }
             self.rx_pass = pass;
         }
@@ -581,7 +625,7 @@ impl Engine {
         }
 
         // Transmit.
-        if self.transmit(now, &mut mem) {
+        if self.transmit(now, &mut *mem) {
             work = true;
         }
         if work {
@@ -605,6 +649,7 @@ impl Engine {
                 self.stop.store(true, Ordering::SeqCst);
             }
         }
+        self.ext_mem = ext;
         work
     }
 
@@ -655,6 +700,10 @@ impl Engine {
                 let now = self.clock.now();
                 let _ = reply.send(self.snapshot(now));
             }
+            Command::Exec(f) => {
+                (f.0)(&mut *self.transport);
+                self.collect(false);
+            }
             Command::Inject { frames } => {
                 for f in frames {
                     let Some(mut mb) = self.pool.alloc() else {
@@ -700,6 +749,19 @@ impl Engine {
 
     fn deliver(&mut self) -> bool {
         self.collect(false);
+        if let Some(mut sink) = self.sink.take() {
+            let mut any = false;
+            // The sink may call the transport, which may produce more.
+            while !self.outputs.is_empty() {
+                while let Some(o) = self.outputs.pop_front() {
+                    any = true;
+                    sink(o, &mut *self.transport);
+                }
+                self.collect(false);
+            }
+            self.sink = Some(sink);
+            return any;
+        }
         let mut any = false;
         while let Some(o) = self.outputs.pop_front() {
             match self.out_tx.try_send(o) {
@@ -863,7 +925,9 @@ impl Engine {
                 dst_mac: dst_mac.unwrap_or([0; 6]),
                 src_ip: self.p.ip,
                 dst_ip: t.dst,
-                ip_id: self.ip_id,
+                // RoCEv2's ICRC covers the identification: send the canonical 0
+                // (transport/src/roce/mod.rs, "The IPv4/UDP header rule").
+                ip_id: if self.udp_port == 4791 { 0 } else { self.ip_id },
                 ttl: self.p.ttl,
                 ecn: if self.p.ecn { net::ecn::ECT0 } else { 0 },
                 src_port: t.src_port,

@@ -1,0 +1,176 @@
+//! Engine configuration for an application's process, from its environment.
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `FERROCE_CONFIG` | a dataplane TOML file (`ferroce dataplane --config` format); optional |
+//! | `FERROCE_IP` | the engine's own IPv4 address (`net.address`), e.g. `198.18.0.11`; required unless the file sets it |
+//! | `FERROCE_PMD` | the DPDK port as a vdev (`port.vdev`), e.g. `net_af_packet0,iface=veth0,framecnt=8192` |
+//! | `FERROCE_EAL` | EAL arguments, whitespace-separated (default: no hugepages, no PCI, per-process prefix) |
+//! | `FERROCE_LOSS` | injected loss probability on transmit (`fault.tx.loss`), e.g. `0.01` |
+//! | `FERROCE_ROCE_TIMEOUT` | RoCEv2 device: local ACK timeout exponent (4.096 µs × 2^t), default 14 |
+//! | `FERROCE_DP__A__B=v` | any other field `a.b` of the dataplane configuration |
+//! | `FERROCE_VERBS_DEBUG=1` | log the shim's decisions to stderr |
+//!
+//! Only `FERROCE_IP` is needed to list and query devices; creating the first queue pair starts
+//! the engine and needs the rest.
+
+use ferroce_dataplane::config::Config;
+use std::net::Ipv4Addr;
+
+pub const ENV_CONFIG: &str = "FERROCE_CONFIG";
+pub const ENV_IP: &str = "FERROCE_IP";
+pub const ENV_PMD: &str = "FERROCE_PMD";
+pub const ENV_EAL: &str = "FERROCE_EAL";
+pub const ENV_LOSS: &str = "FERROCE_LOSS";
+pub const ENV_ROCE_TIMEOUT: &str = "FERROCE_ROCE_TIMEOUT";
+
+/// Whether `FERROCE_VERBS_DEBUG` is set.
+pub fn debug() -> bool {
+    std::env::var_os("FERROCE_VERBS_DEBUG").is_some_and(|v| v != "0")
+}
+
+/// The engine's address as far as the environment names it (for GID queries before the
+/// engine runs): `FERROCE_IP`, else `net.address` of `FERROCE_CONFIG`.
+pub fn local_ip() -> Option<Ipv4Addr> {
+    if let Ok(v) = std::env::var(ENV_IP) {
+        return v.trim().parse().ok();
+    }
+    let path = std::env::var_os(ENV_CONFIG)?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let cfg = Config::from_toml(&text, "FERROCE_CONFIG").ok()?;
+    cfg.net.address.parse().ok()
+}
+
+/// Build the dataplane configuration from `vars` (the process environment), with errors
+/// that name the variable to set.
+pub fn load(vars: &[(String, String)]) -> Result<Config, String> {
+    let get = |k: &str| {
+        vars.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let path = get(ENV_CONFIG).filter(|p| !p.is_empty());
+    let mut sets = Vec::new();
+    if let Some(ip) = get(ENV_IP) {
+        if ip.parse::<Ipv4Addr>().is_err() {
+            return Err(format!(
+                "{ENV_IP}={ip:?} is not an IPv4 address (the engine's own address, e.g. \
+                 {ENV_IP}=198.18.0.11)"
+            ));
+        }
+        sets.push(format!("net.address=\"{ip}\""));
+    }
+    if let Some(pmd) = get(ENV_PMD) {
+        sets.push(format!("port.vdev=\"{}\"", pmd.replace('"', "")));
+    }
+    if let Some(eal) = get(ENV_EAL) {
+        let args: Vec<String> = eal
+            .split_whitespace()
+            .map(|a| format!("\"{}\"", a.replace('"', "")))
+            .collect();
+        sets.push(format!("eal.args=[{}]", args.join(",")));
+    }
+    if let Some(loss) = get(ENV_LOSS) {
+        let l: f64 = loss
+            .parse()
+            .map_err(|_| format!("{ENV_LOSS}={loss:?} is not a number (e.g. 0.01 for 1 %)"))?;
+        sets.push(format!("fault.tx.loss={l}"));
+    }
+    // Shared-core defaults for an engine living beside a polling application: sleep soon
+    // when idle, and briefly (the kernel's packet work needs the CPU too).
+    for (k, v) in [
+        (
+            "FERROCE_DP__ENGINE__IDLE_POLLS_BEFORE_SLEEP",
+            "engine.idle_polls_before_sleep=50",
+        ),
+        (
+            "FERROCE_DP__ENGINE__IDLE_SLEEP_US",
+            "engine.idle_sleep_us=10",
+        ),
+    ] {
+        if get(k).is_none() {
+            sets.insert(0, v.to_string());
+        }
+    }
+    let has_file = path.is_some();
+    let cfg = Config::load(
+        path.as_deref().map(std::path::Path::new),
+        &sets,
+        vars.iter().cloned(),
+    )
+    .map_err(|e| {
+        let mut s = format!("ferroce verbs: engine configuration: {e}");
+        if e.0.contains("net.address") && get(ENV_IP).is_none() {
+            s.push_str(&format!(
+                "\n  set {ENV_IP} to the engine's own IPv4 address (not the kernel's address on \
+                 the same link), e.g. {ENV_IP}=198.18.0.11"
+            ));
+        }
+        s
+    })?;
+    if cfg.port.vdev.is_none() && cfg.port.device.is_none() && !has_file {
+        return Err(format!(
+            "ferroce verbs: no DPDK port: set {ENV_PMD} (e.g. \
+             {ENV_PMD}=net_af_packet0,iface=veth0,framecnt=8192) or {ENV_CONFIG} to a \
+             dataplane configuration file"
+        ));
+    }
+    Ok(cfg)
+}
+
+/// The RoCEv2 ACK timeout exponent from the environment.
+pub fn roce_timeout(vars: &[(String, String)]) -> Result<u8, String> {
+    match vars.iter().find(|(n, _)| n == ENV_ROCE_TIMEOUT) {
+        None => Ok(14),
+        Some((_, v)) => v
+            .trim()
+            .parse::<u8>()
+            .ok()
+            .filter(|t| *t <= 31)
+            .ok_or_else(|| format!("{ENV_ROCE_TIMEOUT}={v:?}: expected 0..=31")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn env_builds_the_config_and_names_what_is_missing() {
+        let c = load(&v(&[
+            (ENV_IP, "198.18.0.11"),
+            (ENV_PMD, "net_af_packet0,iface=x,framecnt=8192"),
+            (ENV_EAL, "--no-huge --no-pci"),
+            (ENV_LOSS, "0.01"),
+        ]))
+        .unwrap();
+        assert_eq!(c.net.address, "198.18.0.11");
+        assert_eq!(
+            c.port.vdev.as_deref(),
+            Some("net_af_packet0,iface=x,framecnt=8192")
+        );
+        assert_eq!(c.eal.args, vec!["--no-huge", "--no-pci"]);
+        assert_eq!(c.fault.tx.loss, 0.01);
+        let e = load(&v(&[(ENV_PMD, "net_ring0")])).unwrap_err();
+        assert!(e.contains(ENV_IP), "{e}");
+        let e = load(&v(&[(ENV_IP, "198.18.0.11")])).unwrap_err();
+        assert!(e.contains(ENV_PMD), "{e}");
+        let e = load(&v(&[(ENV_IP, "1.2.3")])).unwrap_err();
+        assert!(e.contains("not an IPv4"), "{e}");
+        let e = load(&v(&[
+            (ENV_IP, "198.18.0.11"),
+            (ENV_PMD, "net_ring0"),
+            (ENV_LOSS, "lots"),
+        ]))
+        .unwrap_err();
+        assert!(e.contains(ENV_LOSS), "{e}");
+        assert_eq!(roce_timeout(&v(&[(ENV_ROCE_TIMEOUT, "5")])), Ok(5));
+        assert!(roce_timeout(&v(&[(ENV_ROCE_TIMEOUT, "40")])).is_err());
+    }
+}

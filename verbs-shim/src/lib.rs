@@ -1,0 +1,22 @@
+//! ferroce's verbs shim: a drop-in `libibverbs.so.1` (rdma-core 44 ABI) that runs unmodified
+//! verbs applications over ferroce, with the DPDK engine in the application's own process.
+//!
+//! - [`sys`]: bindgen output of the system `infiniband/verbs.h` (committed; checked against
+//!   the C compiler by `tests/verbs_layout.rs`).
+//! - [`verbs`]: the entry points; `exports` binds them to rdma-core's versioned names.
+//! - [`state`]: CQs, QPs, work in flight, connections and the engine.
+//! - [`mr`]: the memory-region table, the one module that touches application memory.
+//! - [`config`]: the engine's configuration from the environment.
+//!
+//! Devices: `ferroce0` speaks ferroce's native protocol, `ferroce0_rocev2` IBTA RC over
+//! RoCEv2; applications choose with their device option (`-d`).
+
+pub mod config;
+pub mod exports;
+pub mod mr;
+pub mod state;
+pub mod sys;
+pub mod verbs;
+
+/// Where the build put the stub `libmlx5.so.1` and `libefa.so.1`.
+pub const STUB_DIR: &str = env!("FERROCE_VERBS_STUB_DIR");

@@ -1,0 +1,408 @@
+//! The memory-region table: [`Memory`] over the application's real registered memory.
+//!
+//! This is the one module of the shim that reads and writes application memory through raw
+//! pointers. Every access is checked first against a registered range (key, bounds with
+//! overflow checks, access rights, protection domain), and only then copied with
+//! `ptr::copy_nonoverlapping`; no Rust reference to application memory is ever created (the
+//! application and the engine thread may touch it concurrently, as a NIC's DMA would).
+//!
+//! Besides application regions the table holds shim-owned buffers (the copies of inline
+//! sends), which are ordinary `Vec<u8>`s.
+
+use ferroce_transport::mem::{access, AtomicOp, MemError, Memory};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// One registered range.
+#[derive(Debug)]
+enum Backing {
+    /// Application memory [addr, addr + len), registered with `ibv_reg_mr`.
+    App,
+    /// A shim-owned buffer appearing at `addr` (an inline send's copy).
+    Owned(Vec<u8>),
+}
+
+#[derive(Debug)]
+struct Region {
+    pd: u32,
+    /// The address work requests name (verbs' iova; the buffer's address unless registered
+    /// with `ibv_reg_mr_iova2`).
+    addr: u64,
+    /// Where those bytes are in this process.
+    ptr: u64,
+    len: u64,
+    access: u32,
+    backing: Backing,
+}
+
+impl Region {
+    /// Offset of [addr, addr + len) inside the region, checked (no overflow, inside).
+    fn offset(&self, addr: u64, len: u64) -> Result<u64, MemError> {
+        let start = addr.checked_sub(self.addr).ok_or(MemError::OutOfBounds)?;
+        let end = start.checked_add(len).ok_or(MemError::OutOfBounds)?;
+        if end > self.len {
+            return Err(MemError::OutOfBounds);
+        }
+        Ok(start)
+    }
+}
+
+/// The table of regions; lkey == rkey.
+#[derive(Debug, Default)]
+pub struct MrTable {
+    regions: HashMap<u32, Region>,
+    next_key: u32,
+}
+
+/// The table shared by the application's threads and the engine's.
+pub type SharedMrs = Arc<RwLock<MrTable>>;
+
+impl MrTable {
+    /// A table whose keys start at a per-process value (keys of two processes differ, so a
+    /// stale or foreign key finds nothing).
+    pub fn new(seed: u32) -> Self {
+        MrTable {
+            regions: HashMap::new(),
+            next_key: (seed.wrapping_mul(0x9e37_79b9) | 0x100) & 0x7fff_ffff,
+        }
+    }
+
+    fn new_key(&mut self) -> u32 {
+        loop {
+            // An odd step: neighbouring registrations get unrelated-looking keys.
+            self.next_key = self.next_key.wrapping_add(0x3b9a_ca07) & 0x7fff_ffff;
+            let k = self.next_key;
+            if k != 0 && !self.regions.contains_key(&k) {
+                return k;
+            }
+        }
+    }
+
+    /// Register application memory [addr, addr + len); returns the key.
+    ///
+    /// The caller (`ibv_reg_mr`) promises, as verbs does, that the range stays mapped until
+    /// [`MrTable::deregister`]: the application owns that contract, exactly as with a NIC.
+    pub fn register_app(&mut self, pd: u32, addr: u64, len: u64, access: u32) -> Option<u32> {
+        self.register_app_iova(pd, addr, addr, len, access)
+    }
+
+    /// Register application memory at `ptr` that work requests name as `iova`.
+    pub fn register_app_iova(
+        &mut self,
+        pd: u32,
+        ptr: u64,
+        iova: u64,
+        len: u64,
+        access: u32,
+    ) -> Option<u32> {
+        ptr.checked_add(len)?;
+        iova.checked_add(len)?;
+        let key = self.new_key();
+        self.regions.insert(
+            key,
+            Region {
+                pd,
+                addr: iova,
+                ptr,
+                len,
+                access,
+                backing: Backing::App,
+            },
+        );
+        Some(key)
+    }
+
+    /// Register a shim-owned copy of `data` appearing at `addr` (local read only).
+    pub fn register_owned(&mut self, pd: u32, addr: u64, data: Vec<u8>) -> u32 {
+        let key = self.new_key();
+        self.regions.insert(
+            key,
+            Region {
+                pd,
+                addr,
+                ptr: 0,
+                len: data.len() as u64,
+                access: 0,
+                backing: Backing::Owned(data),
+            },
+        );
+        key
+    }
+
+    pub fn deregister(&mut self, key: u32) -> bool {
+        self.regions.remove(&key).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+
+    fn check(
+        &self,
+        pd: Option<u32>,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<(&Region, u64), MemError> {
+        let r = self.regions.get(&key).ok_or(MemError::UnknownKey)?;
+        let off = r.offset(addr, len)?;
+        if let Some(pd) = pd {
+            if r.pd != pd {
+                return Err(MemError::WrongDomain);
+            }
+        }
+        if r.access & need != need {
+            return Err(MemError::AccessDenied);
+        }
+        Ok((r, off))
+    }
+
+    fn copy_out(r: &Region, off: u64, buf: &mut [u8]) {
+        match &r.backing {
+            Backing::Owned(v) => {
+                buf.copy_from_slice(&v[off as usize..off as usize + buf.len()]);
+            }
+            Backing::App => {
+                // SAFETY: `check` proved [r.addr + off, + buf.len()) lies inside a range the
+                // application registered and keeps mapped while registered (the verbs
+                // contract); the destination is our own slice; the ranges cannot overlap
+                // (buf is shim memory). No reference to application memory is formed.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (r.ptr + off) as usize as *const u8,
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                    )
+                }
+            }
+        }
+    }
+
+    fn copy_in(r: &mut Region, off: u64, data: &[u8]) {
+        match &mut r.backing {
+            Backing::Owned(v) => {
+                v[off as usize..off as usize + data.len()].copy_from_slice(data);
+            }
+            Backing::App => {
+                // SAFETY: as in `copy_out`: the destination range was bounds-checked against
+                // a registered, mapped application range; the source is our own slice.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        (r.ptr + off) as usize as *mut u8,
+                        data.len(),
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// Copy `len` bytes of unregistered application memory at `addr` (inline sends: verbs lets
+/// the application name any readable memory and reuse it as soon as post_send returns).
+///
+/// # Safety
+/// `addr .. addr + len` must be readable memory of this process (the verbs contract for
+/// `IBV_SEND_INLINE` scatter/gather entries).
+pub unsafe fn copy_inline(addr: u64, len: usize, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + len, 0);
+    // SAFETY: the caller guarantees the source is readable; the destination is the `len`
+    // bytes just added to `out`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr().add(start), len)
+    }
+}
+
+/// [`Memory`] for the engine: the shared table, locked per access.
+#[derive(Debug, Clone)]
+pub struct ShimMemory(pub SharedMrs);
+
+impl Memory for ShimMemory {
+    fn read_local(&mut self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let t = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let (r, off) = t.check(None, lkey, addr, buf.len() as u64, 0)?;
+        MrTable::copy_out(r, off, buf);
+        Ok(())
+    }
+
+    fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let mut t = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let (_, off) = t.check(None, lkey, addr, data.len() as u64, access::LOCAL_WRITE)?;
+        let r = t.regions.get_mut(&lkey).ok_or(MemError::UnknownKey)?;
+        MrTable::copy_in(r, off, data);
+        Ok(())
+    }
+
+    fn check_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<(), MemError> {
+        let t = self.0.read().unwrap_or_else(|p| p.into_inner());
+        t.check(Some(pd), rkey, addr, len, need).map(|_| ())
+    }
+
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), MemError> {
+        let t = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let (r, off) = t.check(Some(pd), rkey, addr, buf.len() as u64, access::REMOTE_READ)?;
+        MrTable::copy_out(r, off, buf);
+        Ok(())
+    }
+
+    fn write_remote(&mut self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let mut t = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let (_, off) = t.check(
+            Some(pd),
+            rkey,
+            addr,
+            data.len() as u64,
+            access::REMOTE_WRITE,
+        )?;
+        let r = t.regions.get_mut(&rkey).ok_or(MemError::UnknownKey)?;
+        MrTable::copy_in(r, off, data);
+        Ok(())
+    }
+
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        op: AtomicOp,
+    ) -> Result<u64, MemError> {
+        if !addr.is_multiple_of(8) {
+            return Err(MemError::Misaligned);
+        }
+        let t = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let (r, off) = t.check(Some(pd), rkey, addr, 8, access::REMOTE_ATOMIC)?;
+        match &r.backing {
+            Backing::Owned(_) => Err(MemError::AccessDenied),
+            Backing::App => {
+                if !(r.ptr + off).is_multiple_of(8) {
+                    return Err(MemError::Misaligned);
+                }
+                let p = (r.ptr + off) as usize as *mut u64;
+                // SAFETY: the 8 bytes were bounds-checked against a registered, mapped
+                // application range and are 8-byte aligned (checked above), which is what
+                // AtomicU64 requires; the application may access them concurrently, which
+                // is why the access is atomic.
+                let a = unsafe { AtomicU64::from_ptr(p) };
+                Ok(match op {
+                    AtomicOp::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),
+                    AtomicOp::CmpSwap { compare, swap } => {
+                        match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst)
+                        {
+                            Ok(v) | Err(v) => v,
+                        }
+                    }
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_keys_rights_and_domains() {
+        let mut buf = vec![0u8; 64];
+        let base = buf.as_mut_ptr() as u64;
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(7)));
+        let k = t
+            .write()
+            .unwrap()
+            .register_app(1, base, 64, access::LOCAL_WRITE | access::REMOTE_WRITE)
+            .unwrap();
+        let mut m = ShimMemory(t.clone());
+        m.write_remote(1, k, base + 8, &[1, 2, 3]).unwrap();
+        let mut out = [0u8; 3];
+        m.read_local(k, base + 8, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3]);
+        assert_eq!(
+            m.write_remote(1, k, base + 62, &[1, 2, 3]),
+            Err(MemError::OutOfBounds)
+        );
+        assert_eq!(
+            m.write_remote(1, k, base.wrapping_sub(1), &[1]),
+            Err(MemError::OutOfBounds)
+        );
+        assert_eq!(
+            m.write_remote(1, k, u64::MAX, &[1, 2]),
+            Err(MemError::OutOfBounds)
+        );
+        assert_eq!(m.write_remote(2, k, base, &[1]), Err(MemError::WrongDomain));
+        assert_eq!(
+            m.write_remote(1, k ^ 0x55, base, &[1]),
+            Err(MemError::UnknownKey)
+        );
+        let mut r = [0u8; 1];
+        assert_eq!(
+            m.read_remote(1, k, base, &mut r),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(
+            m.atomic_remote(1, k, base, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::AccessDenied)
+        );
+        drop(m);
+        assert_eq!(&buf[8..11], &[1, 2, 3]);
+    }
+
+    #[test]
+    fn atomics_and_owned_copies() {
+        let mut words = vec![5u64; 4];
+        let base = words.as_mut_ptr() as u64;
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(9)));
+        let k = t
+            .write()
+            .unwrap()
+            .register_app(3, base, 32, access::REMOTE_ATOMIC)
+            .unwrap();
+        let mut m = ShimMemory(t.clone());
+        assert_eq!(
+            m.atomic_remote(3, k, base + 8, AtomicOp::FetchAdd { add: 10 }),
+            Ok(5)
+        );
+        assert_eq!(
+            m.atomic_remote(
+                3,
+                k,
+                base + 8,
+                AtomicOp::CmpSwap {
+                    compare: 15,
+                    swap: 1
+                }
+            ),
+            Ok(15)
+        );
+        assert_eq!(
+            m.atomic_remote(3, k, base + 4, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::Misaligned)
+        );
+        let o = t.write().unwrap().register_owned(3, 0x1000, vec![9, 8, 7]);
+        let mut out = [0u8; 2];
+        m.read_local(o, 0x1001, &mut out).unwrap();
+        assert_eq!(out, [8, 7]);
+        assert!(m.write_local(o, 0x1000, &[1]).is_err());
+        drop(m);
+        assert_eq!(words[1], 1);
+    }
+}

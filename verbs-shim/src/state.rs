@@ -1,0 +1,619 @@
+//! The shim's process-wide state and its engine: CQs, QPs, work requests in flight, the
+//! connection map, and the DPDK engine (ferroce-dataplane) that runs them.
+//!
+//! Threads: the application's threads post work (commands to the engine's bounded queue) and
+//! poll CQs; the engine's lcore runs the dataplane loop and, through its output sink, puts
+//! completions into CQs and signals completion channels. Everything that creates streams or
+//! connections runs on the engine's thread (in `Command::Exec` closures and in the sink), so
+//! a connection accepted from a peer and a QP reaching RTR cannot race.
+
+use crate::mr::{MrTable, SharedMrs, ShimMemory};
+use crate::sys;
+use ferroce_dataplane::engine::{self, Command, Engine, EngineHandle, Output, TransportFn};
+use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
+use ferroce_transport::roce::{QpParams, RoceConfig, RoceEndpoint};
+use ferroce_transport::{
+    Completion, CompletionOp, ConnId, Endpoint, Event, PostError, RecvWr, SendWr, Status, Transport,
+};
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+
+/// Which transport a device speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// ferroce's own protocol (UDP 4792): each RC QP is a stream of the one connection to the
+    /// peer host.
+    Native,
+    /// IBTA RC over RoCEv2 (UDP 4791), go-back-N.
+    Roce,
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+macro_rules! dbg_log {
+    ($($t:tt)*) => {
+        if $crate::config::debug() {
+            eprintln!("ferroce verbs: {}", format!($($t)*));
+        }
+    };
+}
+pub(crate) use dbg_log;
+
+/// A completion channel's shared part: an eventfd (EFD_SEMAPHORE, one count per event) and
+/// the CQs that fired, in order.
+#[derive(Debug)]
+pub struct ChannelState {
+    pub fd: i32,
+    pub fired: Mutex<VecDeque<usize>>,
+}
+
+impl ChannelState {
+    pub fn signal(&self, cq: usize) {
+        lock(&self.fired).push_back(cq);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+        let _ = unsafe { libc::write(self.fd, &one as *const u64 as *const libc::c_void, 8) };
+    }
+}
+
+/// A CQ's shared part (the engine pushes, the application polls).
+pub struct CqState {
+    pub q: Mutex<VecDeque<sys::ibv_wc>>,
+    pub n: AtomicUsize,
+    pub armed: AtomicBool,
+    pub channel: Option<Arc<ChannelState>>,
+    /// The application's `ibv_cq *` (for `ibv_get_cq_event`).
+    pub cq_ptr: AtomicUsize,
+    pub dead: AtomicBool,
+}
+
+// SAFETY: ibv_wc holds only integers (its union too); the raw-pointer-free queue is guarded
+// by the mutex.
+unsafe impl Send for CqState {}
+// SAFETY: as above: every field is a lock, an atomic or immutable after creation.
+unsafe impl Sync for CqState {}
+
+impl CqState {
+    pub fn push(&self, wc: sys::ibv_wc) {
+        if self.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        {
+            let mut q = lock(&self.q);
+            q.push_back(wc);
+            self.n.fetch_add(1, Ordering::Release);
+        }
+        if self.armed.swap(false, Ordering::AcqRel) {
+            if let Some(ch) = &self.channel {
+                ch.signal(self.cq_ptr.load(Ordering::Relaxed));
+            }
+        }
+    }
+}
+
+/// Posted work waiting for its stream (QP before RTR/RTS, or an accepted connection not yet
+/// seen).
+#[derive(Debug)]
+pub enum Pending {
+    Send(SendWr),
+    Recv(RecvWr),
+}
+
+/// A QP's mutable part.
+#[derive(Debug)]
+pub struct QpInner {
+    pub state: u32,
+    pub peer: Option<Ipv4Addr>,
+    pub remote_qpn: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    /// The connection once the stream exists in the engine.
+    pub conn: Option<ConnId>,
+    pub pending: Vec<Pending>,
+    /// The stream was asked for (RTR native / RTS RoCEv2).
+    pub requested: bool,
+}
+
+/// A QP's shared part.
+pub struct QpShared {
+    pub qpn: u32,
+    pub pd: u32,
+    pub sq_sig_all: bool,
+    pub send_cq: Arc<CqState>,
+    pub recv_cq: Arc<CqState>,
+    pub mode: Mode,
+    pub max_inline: u32,
+    pub inner: Mutex<QpInner>,
+    /// The application's `ibv_qp *`, for its `state` field.
+    pub qp_ptr: AtomicUsize,
+}
+
+/// A work request the engine holds: what its completion must become.
+pub struct WrMeta {
+    pub app_wr_id: u64,
+    pub qp: Arc<QpShared>,
+    pub recv: bool,
+    pub signaled: bool,
+    /// A shim-owned copy (inline send) to free with the completion.
+    pub owned_key: u32,
+}
+
+/// The connection map: one connection per peer host (native), one peer record per peer
+/// (RoCEv2); QPs waiting for a peer's connection to be accepted.
+#[derive(Default)]
+pub struct Conns {
+    pub by_peer: HashMap<Ipv4Addr, ConnId>,
+    pub waiting: HashMap<Ipv4Addr, Vec<Arc<QpShared>>>,
+}
+
+/// A running engine.
+pub struct EngineCtl {
+    pub h: EngineHandle,
+    pub mode: Mode,
+    pub ip: Ipv4Addr,
+    pub mtu: u32,
+    pub job: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+pub struct Global {
+    pub mrs: SharedMrs,
+    pub wrs: Mutex<HashMap<u64, WrMeta>>,
+    pub next_wr: AtomicU64,
+    pub next_qpn: AtomicU32,
+    pub next_pd: AtomicU32,
+    pub conns: Mutex<Conns>,
+    pub engine: OnceLock<Result<EngineCtl, String>>,
+    pub engine_init: Mutex<()>,
+    pub open_contexts: AtomicUsize,
+}
+
+fn seed() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    std::process::id().wrapping_mul(2_654_435_761) ^ t
+}
+
+pub fn global() -> &'static Global {
+    static G: OnceLock<Global> = OnceLock::new();
+    G.get_or_init(|| {
+        let s = seed();
+        Global {
+            mrs: Arc::new(RwLock::new(MrTable::new(s))),
+            wrs: Mutex::new(HashMap::new()),
+            next_wr: AtomicU64::new(1),
+            // QPNs: 24 bits, unique per host: a per-process start (pid and time), QPN 0 and
+            // 1 reserved as in IB.
+            next_qpn: AtomicU32::new((s >> 8) & 0x00ff_f000 | 0x10),
+            next_pd: AtomicU32::new(1),
+            conns: Mutex::new(Conns::default()),
+            engine: OnceLock::new(),
+            engine_init: Mutex::new(()),
+            open_contexts: AtomicUsize::new(0),
+        }
+    })
+}
+
+pub fn new_qpn() -> u32 {
+    loop {
+        let q = global().next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+        if q > 1 {
+            return q;
+        }
+    }
+}
+
+/// The engine, started on first use (first QP) with the configuration from the environment.
+pub fn engine(mode: Mode) -> Result<&'static EngineCtl, String> {
+    let g = global();
+    let _guard = lock(&g.engine_init);
+    let r = g.engine.get_or_init(|| start_engine(mode));
+    match r {
+        Ok(e) if e.mode == mode => Ok(e),
+        Ok(e) => Err(format!(
+            "ferroce verbs: this process already runs the {:?} engine; one process uses one \
+             mode (device) at a time, it asked for {mode:?}",
+            e.mode
+        )),
+        Err(s) => Err(s.clone()),
+    }
+}
+
+/// The engine if it runs.
+pub fn engine_if_running() -> Option<&'static EngineCtl> {
+    global().engine.get().and_then(|r| r.as_ref().ok())
+}
+
+fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    let cfg = crate::config::load(&vars)?;
+    let roce_timeout = crate::config::roce_timeout(&vars)?;
+    ferroce_dataplane::config::preflight(&cfg).map_err(|e| format!("ferroce verbs: {e}"))?;
+    let ip = cfg.address().map_err(|e| e.to_string())?;
+    let eal = Eal::init(cfg.eal_argv()).map_err(|e| format!("ferroce verbs: EAL: {e}"))?;
+    let port_id = match (&cfg.port.vdev, &cfg.port.device) {
+        (Some(v), _) => {
+            let (name, args) = v.split_once(',').unwrap_or((v.as_str(), ""));
+            eal.vdev(name, args)
+                .map_err(|e| format!("ferroce verbs: port {v}: {e}"))?
+        }
+        (None, Some(d)) => {
+            Port::id_by_name(d).map_err(|e| format!("ferroce verbs: port {d}: {e}"))?
+        }
+        (None, None) => *eal
+            .ports()
+            .first()
+            .ok_or("ferroce verbs: no DPDK port (set FERROCE_PMD)")?,
+    };
+    let data_room = (cfg.port.mtu as u32 + 14 + 64).max(2048) + Mempool::headroom();
+    let pool = Mempool::new(
+        &eal,
+        &format!("ferroce_verbs_{port_id}"),
+        cfg.port.mbufs,
+        cfg.port.mbuf_cache,
+        data_room.min(u16::MAX as u32) as u16,
+    )
+    .map_err(|e| format!("ferroce verbs: mempool: {e}"))?;
+    let port = Port::start(
+        &eal,
+        port_id,
+        &pool,
+        &PortConfig {
+            rx_desc: cfg.port.rx_desc,
+            tx_desc: cfg.port.tx_desc,
+            mtu: cfg.port.set_mtu.then_some(cfg.port.mtu),
+            promiscuous: cfg.port.promiscuous,
+        },
+    )
+    .map_err(|e| format!("ferroce verbs: port start: {e}"))?;
+    let params = cfg.engine_params().map_err(|e| e.to_string())?;
+    let (transport, mtu): (Box<dyn Transport + Send>, u32) = match mode {
+        Mode::Native => {
+            let ec = cfg.endpoint_config();
+            let m = ec.conn.mtu as u32;
+            (engine::native_transport(cfg.port.mtu, ec), m)
+        }
+        Mode::Roce => {
+            let mut rc = RoceConfig::new(ip);
+            rc.mtu = 1024;
+            rc.timeout = roce_timeout;
+            let m = rc.effective_mtu();
+            (Box::new(RoceEndpoint::new(rc)), m)
+        }
+    };
+    let (mut eng, h) = Engine::new(port, transport, params, eal.tsc_hz())
+        .map_err(|e| format!("ferroce verbs: engine: {e}"))?;
+    eng.set_memory(Box::new(ShimMemory(global().mrs.clone())));
+    eng.set_output_sink(Box::new(on_output));
+    dbg_log!(
+        "{mode:?} engine on {} ({}), {ip}, MTU {mtu}",
+        eng.port().name(),
+        ferroce_dataplane::net::fmt_mac(eng.mac())
+    );
+    let job: Box<dyn FnOnce() + Send> = match eal.worker_lcores().first().copied() {
+        Some(l) => {
+            let j = eal
+                .launch(l, move || {
+                    eng.run();
+                })
+                .map_err(|e| format!("ferroce verbs: lcore {l}: {e}"))?;
+            Box::new(move || j.join())
+        }
+        None => {
+            let t = std::thread::spawn(move || {
+                eng.run();
+            });
+            Box::new(move || {
+                let _ = t.join();
+            })
+        }
+    };
+    // EAL lives for the rest of the process.
+    std::mem::forget(eal);
+    Ok(EngineCtl {
+        h,
+        mode,
+        ip,
+        mtu,
+        job: Mutex::new(Some(job)),
+    })
+}
+
+/// Stop the engine (last context closed): drain its transmit queue and join its lcore.
+pub fn stop_engine() {
+    if let Some(e) = engine_if_running() {
+        // Let the last ACKs out before stopping.
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        e.h.stop();
+        if let Some(j) = lock(&e.job).take() {
+            j();
+        }
+    }
+}
+
+fn wc_status(s: Status) -> u32 {
+    match s {
+        Status::Success => sys::IBV_WC_SUCCESS,
+        Status::LocalProtection => sys::IBV_WC_LOC_PROT_ERR,
+        Status::LocalLength => sys::IBV_WC_LOC_LEN_ERR,
+        Status::RemoteAccess => sys::IBV_WC_REM_ACCESS_ERR,
+        Status::RemoteInvalidRequest => sys::IBV_WC_REM_INV_REQ_ERR,
+        Status::RetryExceeded => sys::IBV_WC_RETRY_EXC_ERR,
+        Status::RnrRetryExceeded => sys::IBV_WC_RNR_RETRY_EXC_ERR,
+        Status::Flushed => sys::IBV_WC_WR_FLUSH_ERR,
+    }
+}
+
+fn wc_opcode(op: CompletionOp) -> u32 {
+    match op {
+        CompletionOp::Send => sys::IBV_WC_SEND,
+        CompletionOp::Write => sys::IBV_WC_RDMA_WRITE,
+        CompletionOp::Read => sys::IBV_WC_RDMA_READ,
+        CompletionOp::FetchAdd => sys::IBV_WC_FETCH_ADD,
+        CompletionOp::CmpSwap => sys::IBV_WC_COMP_SWAP,
+        CompletionOp::Recv => sys::IBV_WC_RECV,
+        CompletionOp::RecvWriteImm => sys::IBV_WC_RECV_RDMA_WITH_IMM,
+    }
+}
+
+/// Build the `ibv_wc` of a finished work request.
+pub fn make_wc(
+    meta: &WrMeta,
+    status: u32,
+    opcode: u32,
+    byte_len: u32,
+    imm: Option<u32>,
+) -> sys::ibv_wc {
+    let mut wc = sys::ibv_wc {
+        wr_id: meta.app_wr_id,
+        status,
+        opcode,
+        byte_len,
+        qp_num: meta.qp.qpn,
+        src_qp: lock(&meta.qp.inner).remote_qpn,
+        ..Default::default()
+    };
+    if let Some(i) = imm {
+        // The transport carries the immediate as a host number whose big-endian bytes are
+        // the wire bytes; verbs hands applications the wire bytes (__be32).
+        wc.__bindgen_anon_1.imm_data = i.to_be();
+        wc.wc_flags |= sys::IBV_WC_WITH_IMM;
+    }
+    wc
+}
+
+/// Put the QP in the error state (the application sees it in `ibv_qp.state`).
+pub fn set_qp_error(qp: &QpShared) {
+    lock(&qp.inner).state = sys::IBV_QPS_ERR;
+    let p = qp.qp_ptr.load(Ordering::Relaxed) as *mut sys::ibv_qp;
+    if !p.is_null() {
+        // SAFETY: qp_ptr is the live `ibv_qp` this QpShared belongs to (cleared by
+        // ibv_destroy_qp before it is freed); `state` is a plain u32 field the application
+        // reads, as it would read what a provider writes.
+        unsafe { std::ptr::addr_of_mut!((*p).state).write_volatile(sys::IBV_QPS_ERR) };
+    }
+}
+
+fn complete(c: Completion) {
+    let g = global();
+    let Some(meta) = lock(&g.wrs).remove(&c.wr_id) else {
+        return; // flushed by the shim already
+    };
+    if meta.owned_key != 0 {
+        g.mrs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .deregister(meta.owned_key);
+    }
+    if c.status != Status::Success {
+        set_qp_error(&meta.qp);
+    }
+    if c.status == Status::Success && !meta.signaled {
+        return;
+    }
+    let wc = make_wc(
+        &meta,
+        wc_status(c.status),
+        wc_opcode(c.op),
+        c.byte_len,
+        c.imm,
+    );
+    let cq = if meta.recv {
+        &meta.qp.recv_cq
+    } else {
+        &meta.qp.send_cq
+    };
+    cq.push(wc);
+}
+
+/// A work request the engine refused at post time: an error completion.
+fn refused(wr_id: u64, err: PostError) {
+    let g = global();
+    let Some(meta) = lock(&g.wrs).remove(&wr_id) else {
+        return;
+    };
+    dbg_log!("QP {:#x}: work request refused: {err}", meta.qp.qpn);
+    set_qp_error(&meta.qp);
+    let status = match err {
+        PostError::StreamInError | PostError::ConnectionClosed => sys::IBV_WC_WR_FLUSH_ERR,
+        PostError::InvalidLength => sys::IBV_WC_LOC_LEN_ERR,
+        _ => sys::IBV_WC_LOC_QP_OP_ERR,
+    };
+    let opcode = if meta.recv {
+        sys::IBV_WC_RECV
+    } else {
+        sys::IBV_WC_SEND
+    };
+    let wc = make_wc(&meta, status, opcode, 0, None);
+    if meta.recv {
+        meta.qp.recv_cq.push(wc);
+    } else {
+        meta.qp.send_cq.push(wc);
+    }
+}
+
+/// The engine's output sink (engine thread).
+fn on_output(o: Output, t: &mut dyn Transport) {
+    match o {
+        Output::Completion(c) => complete(c),
+        Output::Refused { wr_id, err, what } => {
+            if wr_id != 0 {
+                refused(wr_id, err);
+            } else {
+                dbg_log!("engine refused {what}: {err}");
+            }
+        }
+        Output::Event(Event::Accepted { conn, peer }) => {
+            dbg_log!("accepted connection {} from {peer}", conn.0);
+            let waiting = {
+                let mut c = lock(&global().conns);
+                c.by_peer.insert(peer, conn);
+                c.waiting.remove(&peer).unwrap_or_default()
+            };
+            for qp in waiting {
+                create_stream(t, &qp, conn);
+            }
+        }
+        Output::Event(Event::Failed { conn }) => {
+            dbg_log!("connection {} failed", conn.0);
+            lock(&global().conns).by_peer.retain(|_, c| *c != conn);
+        }
+        Output::Event(Event::Closed { conn }) => {
+            lock(&global().conns).by_peer.retain(|_, c| *c != conn);
+        }
+        Output::Event(Event::Connected { conn, peer }) => {
+            dbg_log!("connection {} to {peer} established", conn.0);
+        }
+    }
+}
+
+/// Create the QP's stream on `conn` and post what waited for it (engine thread).
+fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
+    let mut inner = lock(&qp.inner);
+    let r = match qp.mode {
+        Mode::Native => t.create_stream(conn, qp.qpn, inner.remote_qpn, qp.pd),
+        Mode::Roce => match t.as_any_mut().downcast_mut::<RoceEndpoint>() {
+            Some(ep) => ep.create_qp(
+                conn,
+                QpParams {
+                    local_qpn: qp.qpn,
+                    remote_qpn: inner.remote_qpn,
+                    pd: qp.pd,
+                    sq_psn: inner.sq_psn,
+                    rq_psn: inner.rq_psn,
+                },
+            ),
+            None => Err(PostError::UnknownConnection),
+        },
+    };
+    dbg_log!(
+        "QP {:#x} -> {:?} QP {:#x} on connection {}: {r:?}",
+        qp.qpn,
+        inner.peer,
+        inner.remote_qpn,
+        conn.0
+    );
+    inner.conn = Some(conn);
+    let pending = std::mem::take(&mut inner.pending);
+    drop(inner);
+    for p in pending {
+        let (id, res) = match p {
+            Pending::Send(wr) => (wr.wr_id, t.post_send(conn, qp.qpn, wr)),
+            Pending::Recv(wr) => (wr.wr_id, t.post_recv(conn, qp.qpn, wr)),
+        };
+        if let Err(e) = res {
+            refused(id, e);
+        }
+    }
+}
+
+/// Ask the engine to give the QP its stream: RTR (native) or RTS (RoCEv2).
+pub fn request_stream(e: &EngineCtl, qp: Arc<QpShared>, peer: Ipv4Addr) {
+    let my_ip = e.ip;
+    e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
+        let conn = {
+            let c = lock(&global().conns);
+            c.by_peer.get(&peer).copied()
+        };
+        let conn = match conn {
+            Some(c) => Some(c),
+            // RoCEv2 has no handshake: a peer record on both sides. Native: the host with
+            // the lower address opens the one connection, the other accepts it.
+            None if qp.mode == Mode::Roce || my_ip < peer || my_ip == peer => {
+                let c = t.connect(peer);
+                dbg_log!("connection {} to {peer} opened", c.0);
+                lock(&global().conns).by_peer.insert(peer, c);
+                Some(c)
+            }
+            None => None,
+        };
+        match conn {
+            Some(c) => create_stream(t, &qp, c),
+            None => {
+                dbg_log!("QP {:#x} waits for {peer} to connect", qp.qpn);
+                lock(&global().conns)
+                    .waiting
+                    .entry(peer)
+                    .or_default()
+                    .push(qp);
+            }
+        }
+    }))));
+}
+
+/// Destroy a QP's stream (native; RoCEv2 QPs stay in the engine, idle). Unused:
+/// `ibv_destroy_qp` leaves streams in place so a peer's retransmissions are still answered.
+#[allow(dead_code)]
+pub fn release_stream(e: &EngineCtl, qp: &Arc<QpShared>) {
+    let (conn, qpn) = (lock(&qp.inner).conn, qp.qpn);
+    if let Some(conn) = conn {
+        e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
+            if let Some(ep) = t.as_any_mut().downcast_mut::<Endpoint>() {
+                let _ = ep.destroy_stream(conn, qpn);
+            }
+        }))));
+    }
+}
+
+/// Flush every outstanding work request of `qp` (state ERR): WR_FLUSH_ERR completions.
+pub fn flush_qp(qp: &Arc<QpShared>) {
+    let g = global();
+    let mut metas: Vec<(u64, WrMeta)> = {
+        let mut w = lock(&g.wrs);
+        let ids: Vec<u64> = w
+            .iter()
+            .filter(|(_, m)| Arc::ptr_eq(&m.qp, qp))
+            .map(|(k, _)| *k)
+            .collect();
+        ids.into_iter()
+            .filter_map(|k| w.remove(&k).map(|m| (k, m)))
+            .collect()
+    };
+    metas.sort_by_key(|(k, _)| *k);
+    let pending = std::mem::take(&mut lock(&qp.inner).pending);
+    drop(pending);
+    for (_, m) in metas {
+        if m.owned_key != 0 {
+            g.mrs
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .deregister(m.owned_key);
+        }
+        let opcode = if m.recv {
+            sys::IBV_WC_RECV
+        } else {
+            sys::IBV_WC_SEND
+        };
+        let wc = make_wc(&m, sys::IBV_WC_WR_FLUSH_ERR, opcode, 0, None);
+        if m.recv {
+            qp.recv_cq.push(wc);
+        } else {
+            qp.send_cq.push(wc);
+        }
+    }
+}

@@ -1,0 +1,1819 @@
+//! The verbs entry points (rdma-core 44 ABI). Each `ibv_*` function here is exported as
+//! `ferroce_v_ibv_*` and bound to its versioned name (`ibv_*@@IBVERBS_x`) in `exports.rs`.
+//!
+//! Objects: every verbs object the application sees is the first field of a `#[repr(C)]`
+//! shim struct allocated here (Box), so the application's pointer is also ours. Pointers the
+//! application passes in are trusted as verbs trusts them: they must be objects this library
+//! returned and has not freed (the C ABI contract every provider relies on).
+
+#![allow(clippy::missing_safety_doc)]
+
+use crate::mr::copy_inline;
+use crate::state::{
+    self, dbg_log, engine, global, lock, ChannelState, CqState, Mode, Pending, QpInner, QpShared,
+    WrMeta,
+};
+use crate::sys::*;
+use ferroce_dataplane::engine::Command;
+use ferroce_transport::{RecvWr, SendOp, SendWr, SgList, Sge};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::mem::{offset_of, size_of};
+use std::net::Ipv4Addr;
+use std::ptr::{null_mut, write_bytes};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// ferroce's own vendor id: perftest keeps to `ibv_post_send` for unknown vendors (it takes
+/// mlx5/efa paths only for theirs).
+pub const VENDOR_ID: u32 = 0x00fe_0ce0 & 0x00ff_ffff;
+pub const VENDOR_PART_ID: u32 = 0x0001;
+
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn fail<T>(e: c_int, what: &str) -> *mut T {
+    if !what.is_empty() {
+        dbg_log!("{what}: {}", std::io::Error::from_raw_os_error(e));
+    }
+    set_errno(e);
+    null_mut()
+}
+
+// ---------------------------------------------------------------------------------------
+// Devices
+// ---------------------------------------------------------------------------------------
+
+/// A device: `ibv_device` first.
+#[repr(C)]
+pub struct Dev {
+    pub dev: ibv_device,
+    pub mode: Mode,
+    pub index: c_int,
+    pub guid: u64,
+    pub name: &'static str,
+}
+
+pub const DEVICE_NAMES: [&str; 2] = ["ferroce0", "ferroce0_rocev2"];
+
+fn fill(dst: &mut [c_char], s: &str) {
+    for (d, b) in dst.iter_mut().zip(s.bytes().chain(std::iter::once(0))) {
+        *d = b as c_char;
+    }
+}
+
+fn devices() -> &'static [usize; 2] {
+    static DEVS: OnceLock<[usize; 2]> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        let mk = |i: usize, mode: Mode| {
+            let mut d = Box::new(Dev {
+                dev: ibv_device::default(),
+                mode,
+                index: i as c_int,
+                // Node GUID from the local address (EUI-64 style, "fe:ce" in the middle).
+                guid: {
+                    let ip = crate::config::local_ip().map(u32::from).unwrap_or(0) as u64;
+                    0x0200_fece_0000_0000 | (ip << 8) | i as u64
+                },
+                name: DEVICE_NAMES[i],
+            });
+            d.dev.node_type = IBV_NODE_CA;
+            d.dev.transport_type = IBV_TRANSPORT_IB;
+            fill(&mut d.dev.name, DEVICE_NAMES[i]);
+            fill(&mut d.dev.dev_name, &format!("uverbs{i}"));
+            fill(
+                &mut d.dev.dev_path,
+                &format!("/sys/class/infiniband_verbs/uverbs{i}"),
+            );
+            fill(
+                &mut d.dev.ibdev_path,
+                &format!("/sys/class/infiniband/{}", DEVICE_NAMES[i]),
+            );
+            Box::into_raw(d) as usize
+        };
+        [mk(0, Mode::Native), mk(1, Mode::Roce)]
+    })
+}
+
+unsafe fn dev_of(d: *mut ibv_device) -> Option<&'static Dev> {
+    if d.is_null() || !devices().contains(&(d as usize)) {
+        return None;
+    }
+    // SAFETY: one of our leaked, never-freed Dev boxes (checked above).
+    Some(unsafe { &*(d as *const Dev) })
+}
+
+#[export_name = "ferroce_v_ibv_get_device_list"]
+pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    let d = devices();
+    let list: Box<[*mut ibv_device]> =
+        vec![d[0] as *mut ibv_device, d[1] as *mut ibv_device, null_mut()].into_boxed_slice();
+    if !num.is_null() {
+        // SAFETY: the caller passes a writable int or NULL.
+        unsafe { *num = 2 };
+    }
+    Box::into_raw(list) as *mut *mut ibv_device
+}
+
+#[export_name = "ferroce_v_ibv_free_device_list"]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    if list.is_null() {
+        return;
+    }
+    // SAFETY: `list` came from ibv_get_device_list: a boxed slice of 3 pointers.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, 3)) });
+}
+
+#[export_name = "ferroce_v_ibv_get_device_name"]
+pub unsafe extern "C" fn ibv_get_device_name(d: *mut ibv_device) -> *const c_char {
+    match unsafe { dev_of(d) } {
+        Some(dev) => dev.dev.name.as_ptr(),
+        None => fail::<c_char>(libc::EINVAL, ""),
+    }
+}
+
+#[export_name = "ferroce_v_ibv_get_device_guid"]
+pub unsafe extern "C" fn ibv_get_device_guid(d: *mut ibv_device) -> u64 {
+    unsafe { dev_of(d) }.map(|x| x.guid.to_be()).unwrap_or(0)
+}
+
+#[export_name = "ferroce_v_ibv_get_device_index"]
+pub unsafe extern "C" fn ibv_get_device_index(d: *mut ibv_device) -> c_int {
+    unsafe { dev_of(d) }.map(|x| x.index).unwrap_or(-1)
+}
+
+// ---------------------------------------------------------------------------------------
+// Context
+// ---------------------------------------------------------------------------------------
+
+/// A context: `verbs_context` first (it ends with the `ibv_context` applications see).
+#[repr(C)]
+pub struct Ctx {
+    pub vctx: verbs_context,
+    pub dev: &'static Dev,
+}
+
+unsafe fn ctx_of<'a>(c: *mut ibv_context) -> Option<&'a Ctx> {
+    if c.is_null() {
+        return None;
+    }
+    // SAFETY: applications only pass contexts from ibv_open_device: the ibv_context is the
+    // last field of the verbs_context at the start of our Ctx (container_of).
+    Some(unsafe { &*((c as *mut u8).sub(offset_of!(verbs_context, context)) as *const Ctx) })
+}
+
+fn eventfd(flags: c_int) -> c_int {
+    // SAFETY: plain syscall wrapper.
+    unsafe { libc::eventfd(0, flags | libc::EFD_CLOEXEC) }
+}
+
+#[export_name = "ferroce_v_ibv_open_device"]
+pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
+    let Some(dev) = (unsafe { dev_of(d) }) else {
+        return fail(libc::ENODEV, "ibv_open_device");
+    };
+    // SAFETY: an all-zero verbs_context is valid (pointers NULL, options None, and glibc's
+    // PTHREAD_MUTEX_INITIALIZER is all zeros).
+    let mut ctx = Box::new(Ctx {
+        vctx: unsafe { std::mem::zeroed() },
+        dev,
+    });
+    let v = &mut ctx.vctx;
+    v.sz = size_of::<verbs_context>();
+    v.query_port = Some(vctx_query_port);
+    v.query_device_ex = Some(vctx_query_device_ex);
+    v.create_qp_ex = Some(vctx_create_qp_ex);
+    let c = &mut v.context;
+    c.device = d;
+    c.cmd_fd = eventfd(0);
+    c.async_fd = eventfd(0);
+    c.num_comp_vectors = 1;
+    // "Extended" context: verbs.h's inline calls go through verbs_context.
+    c.abi_compat = usize::MAX as *mut c_void;
+    c.ops.poll_cq = Some(op_poll_cq);
+    c.ops.req_notify_cq = Some(op_req_notify_cq);
+    c.ops.post_send = Some(op_post_send);
+    c.ops.post_recv = Some(op_post_recv);
+    c.ops.post_srq_recv = Some(op_post_srq_recv);
+    // SAFETY: initialise the embedded mutex explicitly (applications may lock it).
+    unsafe { libc::pthread_mutex_init(std::ptr::addr_of_mut!(c.mutex) as *mut _, null_mut()) };
+    global().open_contexts.fetch_add(1, Ordering::SeqCst);
+    let p = Box::into_raw(ctx);
+    // SAFETY: p is the live box just leaked; return the embedded ibv_context.
+    unsafe { std::ptr::addr_of_mut!((*p).vctx.context) }
+}
+
+#[export_name = "ferroce_v_ibv_close_device"]
+pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return libc::EINVAL;
+    };
+    let p = ctx as *const Ctx as *mut Ctx;
+    // SAFETY: p is the Ctx box from ibv_open_device, closed once by the verbs contract.
+    let ctx = unsafe { Box::from_raw(p) };
+    // SAFETY: our own eventfds.
+    unsafe {
+        libc::close(ctx.vctx.context.cmd_fd);
+        libc::close(ctx.vctx.context.async_fd);
+    }
+    if global().open_contexts.fetch_sub(1, Ordering::SeqCst) == 1 {
+        state::stop_engine();
+    }
+    0
+}
+
+fn device_attr(dev: &Dev) -> ibv_device_attr {
+    let mut a = ibv_device_attr::default();
+    fill(
+        &mut a.fw_ver,
+        concat!("ferroce ", env!("CARGO_PKG_VERSION")),
+    );
+    a.node_guid = dev.guid.to_be();
+    a.sys_image_guid = dev.guid.to_be();
+    a.max_mr_size = u64::MAX;
+    a.page_size_cap = 0xffff_f000;
+    a.vendor_id = VENDOR_ID;
+    a.vendor_part_id = VENDOR_PART_ID;
+    a.hw_ver = 1;
+    a.max_qp = 1 << 16;
+    a.max_qp_wr = 1 << 14;
+    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
+    a.max_sge = 16;
+    a.max_sge_rd = 16;
+    a.max_cq = 1 << 16;
+    a.max_cqe = (1 << 20) - 1;
+    a.max_mr = 1 << 20;
+    a.max_pd = 1 << 16;
+    a.max_qp_rd_atom = 16;
+    a.max_res_rd_atom = 16 << 16;
+    a.max_qp_init_rd_atom = 16;
+    a.atomic_cap = IBV_ATOMIC_HCA;
+    a.max_ah = 1 << 16;
+    a.max_srq = 0;
+    a.max_pkeys = 1;
+    a.local_ca_ack_delay = 15;
+    a.phys_port_cnt = 1;
+    a
+}
+
+#[export_name = "ferroce_v_ibv_query_device"]
+pub unsafe extern "C" fn ibv_query_device(
+    c: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller passes a whole ibv_device_attr.
+    unsafe { attr.write(device_attr(ctx.dev)) };
+    0
+}
+
+/// Copy `src` into the caller's `len` bytes at `dst`: never more than the caller has, zeros
+/// for what the caller has beyond our struct.
+unsafe fn copy_sized<T>(src: &T, dst: *mut c_void, len: usize) {
+    let n = len.min(size_of::<T>());
+    // SAFETY: the caller promises `len` writable bytes at dst; we write at most that.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src as *const T as *const u8, dst as *mut u8, n);
+        if len > n {
+            write_bytes((dst as *mut u8).add(n), 0, len - n);
+        }
+    }
+}
+
+unsafe extern "C" fn vctx_query_device_ex(
+    c: *mut ibv_context,
+    _input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
+        return libc::EINVAL;
+    }
+    let mut a = ibv_device_attr_ex {
+        orig_attr: device_attr(ctx.dev),
+        ..Default::default()
+    };
+    a.phys_port_cnt_ex = 1;
+    // SAFETY: the caller sized its struct as attr_size.
+    unsafe { copy_sized(&a, attr as *mut c_void, attr_size) };
+    0
+}
+
+fn port_attr(dev: &Dev) -> ibv_port_attr {
+    let _ = dev;
+    ibv_port_attr {
+        state: IBV_PORT_ACTIVE,
+        max_mtu: IBV_MTU_4096,
+        active_mtu: IBV_MTU_1024,
+        gid_tbl_len: 2,
+        port_cap_flags: IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS,
+        max_msg_sz: 1 << 31,
+        bad_pkey_cntr: 0,
+        qkey_viol_cntr: 0,
+        pkey_tbl_len: 1,
+        lid: 0,
+        sm_lid: 0,
+        lmc: 0,
+        max_vl_num: 1,
+        sm_sl: 0,
+        subnet_timeout: 0,
+        init_type_reply: 0,
+        active_width: 2,  // 4X
+        active_speed: 32, // EDR (25 Gb/s per lane)
+        phys_state: 5,    // LinkUp
+        link_layer: IBV_LINK_LAYER_ETHERNET as u8,
+        flags: 0,
+        port_cap_flags2: 0,
+    }
+}
+
+unsafe extern "C" fn vctx_query_port(
+    c: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    len: usize,
+) -> c_int {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return libc::EINVAL;
+    };
+    if port != 1 || attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller sized its struct as len.
+    unsafe { copy_sized(&port_attr(ctx.dev), attr as *mut c_void, len) };
+    0
+}
+
+#[export_name = "ferroce_v_ibv_query_port"]
+pub unsafe extern "C" fn ibv_query_port(
+    c: *mut ibv_context,
+    port: u8,
+    attr: *mut _compat_ibv_port_attr,
+) -> c_int {
+    // The old entry point: callers pass a whole ibv_port_attr of this ABI.
+    unsafe {
+        vctx_query_port(
+            c,
+            port,
+            attr as *mut ibv_port_attr,
+            size_of::<ibv_port_attr>(),
+        )
+    }
+}
+
+/// GID `index` of the port: 0 = fe80::<EUI-64 of the node GUID>, 1 = ::ffff:<IPv4>.
+fn gid(dev: &Dev, index: u32) -> Option<ibv_gid> {
+    let mut g = ibv_gid::default();
+    match index {
+        0 => {
+            // SAFETY: writing the raw bytes of a plain-data union.
+            unsafe {
+                g.raw[0] = 0xfe;
+                g.raw[1] = 0x80;
+                g.raw[8..16].copy_from_slice(&dev.guid.to_be_bytes());
+            }
+        }
+        1 => {
+            let ip = state::engine_if_running()
+                .map(|e| e.ip)
+                .or_else(crate::config::local_ip)
+                .unwrap_or(Ipv4Addr::UNSPECIFIED);
+            // SAFETY: as above.
+            unsafe {
+                g.raw[10] = 0xff;
+                g.raw[11] = 0xff;
+                g.raw[12..16].copy_from_slice(&ip.octets());
+            }
+        }
+        _ => return None,
+    }
+    Some(g)
+}
+
+#[export_name = "ferroce_v_ibv_query_gid"]
+pub unsafe extern "C" fn ibv_query_gid(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    out: *mut ibv_gid,
+) -> c_int {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return -1;
+    };
+    if port != 1 || index < 0 || out.is_null() {
+        return -1;
+    }
+    match gid(ctx.dev, index as u32) {
+        Some(g) => {
+            // SAFETY: the caller passes a union ibv_gid.
+            unsafe { out.write(g) };
+            0
+        }
+        None => -1,
+    }
+}
+
+fn gid_entry(dev: &Dev, index: u32) -> Option<ibv_gid_entry> {
+    Some(ibv_gid_entry {
+        gid: gid(dev, index)?,
+        gid_index: index,
+        port_num: 1,
+        gid_type: IBV_GID_TYPE_ROCE_V2,
+        ndev_ifindex: 0,
+    })
+}
+
+#[export_name = "ferroce_v__ibv_query_gid_ex"]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    c: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return libc::EINVAL;
+    };
+    if flags != 0 || port != 1 || entry.is_null() {
+        return libc::EINVAL;
+    }
+    match gid_entry(ctx.dev, index) {
+        // SAFETY: the caller sized its entry as entry_size.
+        Some(e) => {
+            unsafe { copy_sized(&e, entry as *mut c_void, entry_size) };
+            0
+        }
+        None => libc::ENODATA,
+    }
+}
+
+#[export_name = "ferroce_v__ibv_query_gid_table"]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    c: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return -(libc::EINVAL as isize);
+    };
+    if flags != 0 || entries.is_null() || entry_size == 0 {
+        return -(libc::EINVAL as isize);
+    }
+    let mut n = 0;
+    for i in 0..2u32 {
+        if n >= max {
+            break;
+        }
+        if let Some(e) = gid_entry(ctx.dev, i) {
+            // SAFETY: the caller provides max entries of entry_size bytes each.
+            unsafe {
+                copy_sized(
+                    &e,
+                    (entries as *mut u8).add(n * entry_size) as *mut c_void,
+                    entry_size,
+                )
+            };
+            n += 1;
+        }
+    }
+    n as isize
+}
+
+/// rdma-core's private `ibv_query_gid_type` (sysfs types: 0 = IB/RoCE v1, 1 = RoCE v2).
+#[export_name = "ferroce_v_ibv_query_gid_type"]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_uint,
+    ty: *mut c_uint,
+) -> c_int {
+    if unsafe { ctx_of(c) }.is_none() || port != 1 || index > 1 || ty.is_null() {
+        return -1;
+    }
+    // SAFETY: the caller passes an enum (int-sized) slot.
+    unsafe { *ty = 1 };
+    0
+}
+
+#[export_name = "ferroce_v_ibv_query_pkey"]
+pub unsafe extern "C" fn ibv_query_pkey(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    if unsafe { ctx_of(c) }.is_none() || port != 1 || index != 0 || pkey.is_null() {
+        return -1;
+    }
+    // SAFETY: the caller passes a __be16 slot.
+    unsafe { *pkey = 0xffffu16.to_be() };
+    0
+}
+
+#[export_name = "ferroce_v_ibv_get_pkey_index"]
+pub unsafe extern "C" fn ibv_get_pkey_index(_c: *mut ibv_context, _port: u8, pkey: u16) -> c_int {
+    if u16::from_be(pkey) & 0x7fff == 0x7fff {
+        0
+    } else {
+        -1
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// PD, MR
+// ---------------------------------------------------------------------------------------
+
+#[export_name = "ferroce_v_ibv_alloc_pd"]
+pub unsafe extern "C" fn ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
+    if unsafe { ctx_of(c) }.is_none() {
+        return fail(libc::EINVAL, "ibv_alloc_pd");
+    }
+    let pd = Box::new(ibv_pd {
+        context: c,
+        handle: global().next_pd.fetch_add(1, Ordering::Relaxed),
+    });
+    Box::into_raw(pd)
+}
+
+#[export_name = "ferroce_v_ibv_dealloc_pd"]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    if pd.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a PD from ibv_alloc_pd, freed once.
+    drop(unsafe { Box::from_raw(pd) });
+    0
+}
+
+unsafe fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    if pd.is_null() || (addr.is_null() && len > 0) {
+        return fail(libc::EINVAL, "ibv_reg_mr");
+    }
+    // Remote write and atomic need local write (verbs rule).
+    let a = access & 0xf;
+    if a & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
+        && a & IBV_ACCESS_LOCAL_WRITE == 0
+    {
+        return fail(
+            libc::EINVAL,
+            "ibv_reg_mr: remote write/atomic without local write",
+        );
+    }
+    // SAFETY: pd is a live PD.
+    let (ctx, handle) = unsafe { ((*pd).context, (*pd).handle) };
+    let key = global()
+        .mrs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .register_app_iova(handle, addr as u64, iova, len as u64, a);
+    let Some(key) = key else {
+        return fail(libc::EINVAL, "ibv_reg_mr: range overflows");
+    };
+    let mr = Box::new(ibv_mr {
+        context: ctx,
+        pd,
+        addr,
+        length: len,
+        handle: key,
+        lkey: key,
+        rkey: key,
+    });
+    Box::into_raw(mr)
+}
+
+#[export_name = "ferroce_v_ibv_reg_mr"]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    unsafe { reg_mr(pd, addr, len, addr as u64, access as c_uint) }
+}
+
+#[export_name = "ferroce_v_ibv_reg_mr_iova"]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    unsafe { reg_mr(pd, addr, len, iova, access as c_uint) }
+}
+
+#[export_name = "ferroce_v_ibv_reg_mr_iova2"]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    unsafe { reg_mr(pd, addr, len, iova, access) }
+}
+
+#[export_name = "ferroce_v_ibv_dereg_mr"]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if mr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: an MR from ibv_reg_mr, freed once.
+    let m = unsafe { Box::from_raw(mr) };
+    global()
+        .mrs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .deregister(m.lkey);
+    0
+}
+
+// ---------------------------------------------------------------------------------------
+// Completion channels and CQs
+// ---------------------------------------------------------------------------------------
+
+#[repr(C)]
+pub struct Channel {
+    pub ch: ibv_comp_channel,
+    pub st: Arc<ChannelState>,
+}
+
+#[export_name = "ferroce_v_ibv_create_comp_channel"]
+pub unsafe extern "C" fn ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_comp_channel {
+    if unsafe { ctx_of(c) }.is_none() {
+        return fail(libc::EINVAL, "ibv_create_comp_channel");
+    }
+    let fd = eventfd(libc::EFD_SEMAPHORE);
+    if fd < 0 {
+        return fail(libc::EMFILE, "ibv_create_comp_channel: eventfd");
+    }
+    let ch = Box::new(Channel {
+        ch: ibv_comp_channel {
+            context: c,
+            fd,
+            refcnt: 0,
+        },
+        st: Arc::new(ChannelState {
+            fd,
+            fired: Mutex::new(Default::default()),
+        }),
+    });
+    Box::into_raw(ch) as *mut ibv_comp_channel
+}
+
+#[export_name = "ferroce_v_ibv_destroy_comp_channel"]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    if ch.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a channel from ibv_create_comp_channel.
+    if unsafe { (*ch).refcnt } > 0 {
+        return libc::EBUSY;
+    }
+    // SAFETY: as above, freed once.
+    let b = unsafe { Box::from_raw(ch as *mut Channel) };
+    // SAFETY: our eventfd.
+    unsafe { libc::close(b.ch.fd) };
+    0
+}
+
+#[repr(C)]
+pub struct Cq {
+    pub cq: ibv_cq,
+    pub st: Arc<CqState>,
+}
+
+unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> Option<&'a Cq> {
+    // SAFETY: CQs come from ibv_create_cq: ibv_cq is the first field of our Cq.
+    (!cq.is_null()).then(|| unsafe { &*(cq as *const Cq) })
+}
+
+#[export_name = "ferroce_v_ibv_create_cq"]
+pub unsafe extern "C" fn ibv_create_cq(
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _vector: c_int,
+) -> *mut ibv_cq {
+    if unsafe { ctx_of(c) }.is_none() || !(1..(1 << 20)).contains(&cqe) {
+        return fail(libc::EINVAL, "ibv_create_cq");
+    }
+    let ch = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: a channel from ibv_create_comp_channel.
+        unsafe { (*channel).refcnt += 1 };
+        Some(unsafe { &*(channel as *const Channel) }.st.clone())
+    };
+    let st = Arc::new(CqState {
+        q: Mutex::new(Default::default()),
+        n: AtomicUsize::new(0),
+        armed: AtomicBool::new(false),
+        channel: ch,
+        cq_ptr: AtomicUsize::new(0),
+        dead: AtomicBool::new(false),
+    });
+    // SAFETY: all-zero ibv_cq is valid; the mutex/cond are initialised below.
+    let mut cq = Box::new(Cq {
+        cq: unsafe { std::mem::zeroed() },
+        st,
+    });
+    cq.cq.context = c;
+    cq.cq.channel = channel;
+    cq.cq.cq_context = cq_context;
+    cq.cq.cqe = cqe;
+    // SAFETY: initialise the embedded mutex and condition variable.
+    unsafe {
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!(cq.cq.mutex) as *mut _, null_mut());
+        libc::pthread_cond_init(std::ptr::addr_of_mut!(cq.cq.cond) as *mut _, null_mut());
+    }
+    // The box's address is where it stays.
+    cq.st
+        .cq_ptr
+        .store(&*cq as *const Cq as usize, Ordering::Relaxed);
+    Box::into_raw(cq) as *mut ibv_cq
+}
+
+#[export_name = "ferroce_v_ibv_destroy_cq"]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a CQ from ibv_create_cq, freed once.
+    let b = unsafe { Box::from_raw(cq as *mut Cq) };
+    b.st.dead.store(true, Ordering::SeqCst);
+    if !b.cq.channel.is_null() {
+        // SAFETY: the channel outlives its CQs (verbs rule: EBUSY otherwise).
+        unsafe { (*b.cq.channel).refcnt -= 1 };
+    }
+    0
+}
+
+#[export_name = "ferroce_v_ibv_resize_cq"]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    if cq.is_null() || cqe < 1 {
+        return libc::EINVAL;
+    }
+    // SAFETY: a live CQ.
+    unsafe { (*cq).cqe = cqe };
+    0
+}
+
+/// What an empty poll does: on every `FERROCE_POLL_SLEEP_EVERY`-th (default 2) empty poll
+/// sleep `FERROCE_POLL_SLEEP_US` (default 1 µs, 0 = only yield). Applications spin on empty
+/// CQs; with fewer cores than busy threads (application, engine lcore, the kernel's softirq
+/// work for af_packet/veth) spinning starves the packet path and costs milliseconds per
+/// round trip, sleeping briefly costs tens of microseconds.
+fn every() -> u32 {
+    static E: OnceLock<u32> = OnceLock::new();
+    *E.get_or_init(|| {
+        std::env::var("FERROCE_POLL_SLEEP_EVERY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2)
+            .max(1)
+    })
+}
+
+fn idle_backoff() {
+    use std::cell::Cell;
+    static SLEEP_US: OnceLock<u64> = OnceLock::new();
+    thread_local!(static EMPTY: Cell<u32> = const { Cell::new(0) });
+    let us = *SLEEP_US.get_or_init(|| {
+        std::env::var("FERROCE_POLL_SLEEP_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+    });
+    let n = EMPTY.with(|e| {
+        let n = e.get().wrapping_add(1);
+        e.set(n);
+        n
+    });
+    if us > 0 && n.is_multiple_of(every()) {
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_int {
+    let Some(c) = (unsafe { cq_of(cq) }) else {
+        return -1;
+    };
+    if num <= 0 {
+        return 0;
+    }
+    if c.st.n.load(Ordering::Acquire) == 0 {
+        // Applications spin on an empty CQ; on a machine with fewer cores than busy threads
+        // the engine's lcore must get the CPU to make progress.
+        idle_backoff();
+        return 0;
+    }
+    let mut q = lock(&c.st.q);
+    let mut k = 0;
+    while k < num as usize {
+        let Some(w) = q.pop_front() else { break };
+        // SAFETY: the caller passes an array of `num` ibv_wc.
+        unsafe { wc.add(k).write(w) };
+        k += 1;
+    }
+    c.st.n.fetch_sub(k, Ordering::AcqRel);
+    k as c_int
+}
+
+unsafe extern "C" fn op_req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+    let Some(c) = (unsafe { cq_of(cq) }) else {
+        return libc::EINVAL;
+    };
+    if c.st.channel.is_none() {
+        return libc::EINVAL;
+    }
+    c.st.armed.store(true, Ordering::SeqCst);
+    0
+}
+
+#[export_name = "ferroce_v_ibv_get_cq_event"]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    if ch.is_null() || cq.is_null() {
+        return -1;
+    }
+    // SAFETY: a channel from ibv_create_comp_channel.
+    let chan = unsafe { &*(ch as *const Channel) };
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64 from our eventfd (blocking unless the
+    // application made the fd non-blocking: then -1/EAGAIN, as verbs returns).
+    let r = unsafe { libc::read(chan.st.fd, &mut v as *mut u64 as *mut c_void, 8) };
+    if r != 8 {
+        return -1;
+    }
+    let Some(p) = lock(&chan.st.fired).pop_front() else {
+        return -1;
+    };
+    let p = p as *mut ibv_cq;
+    // SAFETY: the caller's out-parameters; p is the CQ that fired (live: a CQ with
+    // unacknowledged events may not be destroyed).
+    unsafe {
+        *cq = p;
+        if !cq_context.is_null() {
+            *cq_context = (*p).cq_context;
+        }
+    }
+    0
+}
+
+#[export_name = "ferroce_v_ibv_ack_cq_events"]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint) {
+    if !cq.is_null() {
+        // SAFETY: a live CQ.
+        unsafe { (*cq).comp_events_completed += n };
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// QPs
+// ---------------------------------------------------------------------------------------
+
+#[repr(C)]
+pub struct Qp {
+    pub qp: ibv_qp,
+    pub st: Arc<QpShared>,
+}
+
+unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> Option<&'a Qp> {
+    // SAFETY: QPs come from ibv_create_qp: ibv_qp is the first field of our Qp.
+    (!qp.is_null()).then(|| unsafe { &*(qp as *const Qp) })
+}
+
+const MAX_INLINE: u32 = 4096;
+
+unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
+    if pd.is_null() {
+        return fail(libc::EINVAL, "ibv_create_qp: no PD");
+    }
+    // SAFETY: a live PD.
+    let (c, pdh) = unsafe { ((*pd).context, (*pd).handle) };
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return fail(libc::EINVAL, "ibv_create_qp: no context");
+    };
+    if a.qp_type != IBV_QPT_RC {
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp: only RC QPs");
+    }
+    if !a.srq.is_null() {
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp: SRQ");
+    }
+    let (Some(scq), Some(rcq)) = (unsafe { cq_of(a.send_cq) }, unsafe { cq_of(a.recv_cq) }) else {
+        return fail(libc::EINVAL, "ibv_create_qp: CQs");
+    };
+    if a.cap.max_inline_data > MAX_INLINE || a.cap.max_send_sge > 16 || a.cap.max_recv_sge > 16 {
+        return fail(libc::EINVAL, "ibv_create_qp: capabilities");
+    }
+    // The engine starts with the first QP (its configuration errors are reported here).
+    if let Err(e) = engine(ctx.dev.mode) {
+        eprintln!("{e}");
+        return fail(libc::ENODEV, "");
+    }
+    let qpn = state::new_qpn();
+    let st = Arc::new(QpShared {
+        qpn,
+        pd: pdh,
+        sq_sig_all: a.sq_sig_all != 0,
+        send_cq: scq.st.clone(),
+        recv_cq: rcq.st.clone(),
+        mode: ctx.dev.mode,
+        max_inline: a.cap.max_inline_data,
+        inner: Mutex::new(QpInner {
+            state: IBV_QPS_RESET,
+            peer: None,
+            remote_qpn: 0,
+            rq_psn: 0,
+            sq_psn: 0,
+            conn: None,
+            pending: Vec::new(),
+            requested: false,
+        }),
+        qp_ptr: AtomicUsize::new(0),
+    });
+    // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
+    let mut qp = Box::new(Qp {
+        qp: unsafe { std::mem::zeroed() },
+        st,
+    });
+    qp.qp.context = c;
+    qp.qp.qp_context = a.qp_context;
+    qp.qp.pd = pd;
+    qp.qp.send_cq = a.send_cq;
+    qp.qp.recv_cq = a.recv_cq;
+    qp.qp.handle = qpn;
+    qp.qp.qp_num = qpn;
+    qp.qp.state = IBV_QPS_RESET;
+    qp.qp.qp_type = a.qp_type;
+    // SAFETY: initialise the embedded mutex and condition variable.
+    unsafe {
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!(qp.qp.mutex) as *mut _, null_mut());
+        libc::pthread_cond_init(std::ptr::addr_of_mut!(qp.qp.cond) as *mut _, null_mut());
+    }
+    qp.st
+        .qp_ptr
+        .store(&*qp as *const Qp as usize, Ordering::Relaxed);
+    dbg_log!("QP {qpn:#x} created ({:?})", ctx.dev.mode);
+    Box::into_raw(qp) as *mut ibv_qp
+}
+
+#[export_name = "ferroce_v_ibv_create_qp"]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    if attr.is_null() {
+        return fail(libc::EINVAL, "ibv_create_qp");
+    }
+    // SAFETY: the caller's init attributes (cap is written back, as providers do).
+    unsafe { create_qp(pd, &mut *attr) }
+}
+
+unsafe extern "C" fn vctx_create_qp_ex(
+    _c: *mut ibv_context,
+    a: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    if a.is_null() {
+        return fail(libc::EINVAL, "ibv_create_qp_ex");
+    }
+    // SAFETY: the caller's extended attributes.
+    let a = unsafe { &mut *a };
+    if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 || a.pd.is_null() {
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp_ex: only PD in comp_mask");
+    }
+    let mut b = ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
+    let qp = unsafe { create_qp(a.pd, &mut b) };
+    a.cap = b.cap;
+    qp
+}
+
+fn peer_of(ah: &ibv_ah_attr) -> Option<Ipv4Addr> {
+    if ah.is_global == 0 {
+        return None;
+    }
+    // SAFETY: reading the raw bytes of a plain-data union.
+    let raw = unsafe { ah.grh.dgid.raw };
+    if raw[..10].iter().any(|&b| b != 0) || raw[10] != 0xff || raw[11] != 0xff {
+        return None;
+    }
+    Some(Ipv4Addr::new(raw[12], raw[13], raw[14], raw[15]))
+}
+
+#[export_name = "ferroce_v_ibv_modify_qp"]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    let (Some(q), false) = (unsafe { qp_of(qp) }, attr.is_null()) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &*attr };
+    let mask = mask as c_uint;
+    let st = &q.st;
+    let mut inner = lock(&st.inner);
+    let cur = inner.state;
+    let new = if mask & IBV_QP_STATE != 0 {
+        a.qp_state
+    } else {
+        cur
+    };
+    let ok = match (cur, new) {
+        (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => true,
+        (IBV_QPS_RESET, IBV_QPS_INIT) | (IBV_QPS_INIT, IBV_QPS_INIT) => true,
+        (IBV_QPS_INIT, IBV_QPS_RTR) => {
+            mask & (IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN)
+                == IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
+        }
+        (IBV_QPS_RTR, IBV_QPS_RTS) => mask & IBV_QP_SQ_PSN != 0,
+        (IBV_QPS_RTS, IBV_QPS_RTS) => true,
+        _ => false,
+    };
+    if !ok {
+        dbg_log!(
+            "QP {:#x}: modify {cur} -> {new} (mask {mask:#x}) refused",
+            st.qpn
+        );
+        return libc::EINVAL;
+    }
+    if new == IBV_QPS_RTR && cur == IBV_QPS_INIT {
+        let Some(peer) = peer_of(&a.ah_attr) else {
+            eprintln!(
+                "ferroce verbs: QP {:#x}: the address vector needs a global route to an \
+                 IPv4-mapped GID (::ffff:a.b.c.d, GID index 1; e.g. ibv_rc_pingpong -g 1)",
+                st.qpn
+            );
+            return libc::EINVAL;
+        };
+        inner.peer = Some(peer);
+        inner.remote_qpn = a.dest_qp_num & 0x00ff_ffff;
+        inner.rq_psn = a.rq_psn & 0x00ff_ffff;
+    }
+    if new == IBV_QPS_RTS && cur == IBV_QPS_RTR {
+        inner.sq_psn = a.sq_psn & 0x00ff_ffff;
+    }
+    inner.state = new;
+    // SAFETY: the application's live ibv_qp.
+    unsafe { (*qp).state = new };
+    let want_stream = match st.mode {
+        Mode::Native => new == IBV_QPS_RTR || new == IBV_QPS_RTS,
+        Mode::Roce => new == IBV_QPS_RTS,
+    };
+    let peer = inner.peer;
+    let request = want_stream && !inner.requested;
+    if request {
+        inner.requested = true;
+    }
+    drop(inner);
+    if request {
+        if let (Some(e), Some(peer)) = (state::engine_if_running(), peer) {
+            state::request_stream(e, st.clone(), peer);
+        }
+    }
+    if st.mode == Mode::Roce && new == IBV_QPS_RTR && cur == IBV_QPS_INIT {
+        // A RoCEv2 QP is created with both PSNs, and sq_psn comes with RTS. Applications
+        // move to RTS right after RTR; a QP that stays in RTR (perftest's passive side)
+        // only responds, so it is created with sq_psn 0 after a short grace period.
+        let st2 = st.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            let mut inner = lock(&st2.inner);
+            if inner.requested || inner.state != IBV_QPS_RTR {
+                return;
+            }
+            inner.requested = true;
+            let peer = inner.peer;
+            drop(inner);
+            if let (Some(e), Some(peer)) = (state::engine_if_running(), peer) {
+                dbg_log!("QP {:#x} stays in RTR: responder only", st2.qpn);
+                state::request_stream(e, st2, peer);
+            }
+        });
+    }
+    if new == IBV_QPS_ERR && cur != IBV_QPS_ERR {
+        state::flush_qp(st);
+    }
+    if new == IBV_QPS_RESET && cur != IBV_QPS_RESET {
+        state::flush_qp(st);
+    }
+    0
+}
+
+#[export_name = "ferroce_v_ibv_query_qp"]
+#[allow(clippy::field_reassign_with_default)]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    let Some(q) = (unsafe { qp_of(qp) }) else {
+        return libc::EINVAL;
+    };
+    let inner = lock(&q.st.inner);
+    let cap = ibv_qp_cap {
+        max_send_wr: 1 << 14,
+        max_recv_wr: 1 << 14,
+        max_send_sge: 16,
+        max_recv_sge: 16,
+        max_inline_data: q.st.max_inline,
+    };
+    if !attr.is_null() {
+        let mut a = ibv_qp_attr::default();
+        a.qp_state = inner.state;
+        a.cur_qp_state = inner.state;
+        a.path_mtu = IBV_MTU_1024;
+        a.rq_psn = inner.rq_psn;
+        a.sq_psn = inner.sq_psn;
+        a.dest_qp_num = inner.remote_qpn;
+        a.qp_access_flags =
+            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        a.cap = cap;
+        a.max_rd_atomic = 16;
+        a.max_dest_rd_atomic = 16;
+        a.min_rnr_timer = 12;
+        a.port_num = 1;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        if let Some(p) = inner.peer {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.port_num = 1;
+            a.ah_attr.grh.sgid_index = 1;
+            // SAFETY: writing raw bytes of a plain-data union.
+            unsafe {
+                a.ah_attr.grh.dgid.raw[10] = 0xff;
+                a.ah_attr.grh.dgid.raw[11] = 0xff;
+                a.ah_attr.grh.dgid.raw[12..16].copy_from_slice(&p.octets());
+            }
+        }
+        // SAFETY: the caller's attribute struct.
+        unsafe { attr.write(a) };
+    }
+    if !init.is_null() {
+        // SAFETY: the caller's init attribute struct; our ibv_qp's fields are live.
+        unsafe {
+            init.write(ibv_qp_init_attr {
+                qp_context: (*qp).qp_context,
+                send_cq: (*qp).send_cq,
+                recv_cq: (*qp).recv_cq,
+                srq: null_mut(),
+                cap,
+                qp_type: (*qp).qp_type,
+                sq_sig_all: q.st.sq_sig_all as c_int,
+            })
+        };
+    }
+    0
+}
+
+#[export_name = "ferroce_v_ibv_destroy_qp"]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a QP from ibv_create_qp, freed once.
+    let b = unsafe { Box::from_raw(qp as *mut Qp) };
+    b.st.qp_ptr.store(0, Ordering::Relaxed);
+    // The stream stays in the engine (idle): the peer may still retransmit the tail of the
+    // conversation (an ACK was lost) and must get its answer, not an unknown-stream refusal.
+    // What it places goes through the MR table, which no longer has this QP's regions once
+    // the application deregisters them.
+    // Work still in flight completes into nothing.
+    let g = global();
+    lock(&g.wrs).retain(|_, m| !Arc::ptr_eq(&m.qp, &b.st));
+    lock(&g.conns)
+        .waiting
+        .values_mut()
+        .for_each(|v| v.retain(|q| !Arc::ptr_eq(q, &b.st)));
+    0
+}
+
+#[export_name = "ferroce_v_ibv_qp_to_qp_ex"]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // The new post-send API is not offered: applications use ibv_post_send.
+    fail(libc::EOPNOTSUPP, "")
+}
+
+fn sg_list(sge: *const ibv_sge, n: c_int) -> Option<SgList> {
+    if !(0..=16).contains(&n) || (n > 0 && sge.is_null()) {
+        return None;
+    }
+    let mut v = SgList::new();
+    for i in 0..n as usize {
+        // SAFETY: the work request names `n` scatter/gather entries.
+        let s = unsafe { sge.add(i).read() };
+        v.push(Sge {
+            lkey: s.lkey,
+            addr: s.addr,
+            len: s.length,
+        });
+    }
+    Some(v)
+}
+
+fn new_wr_id() -> u64 {
+    global().next_wr.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Hand work to the engine, or keep it until the QP's stream exists.
+fn submit(q: &Arc<QpShared>, p: Pending) {
+    let mut inner = lock(&q.inner);
+    match inner.conn {
+        Some(conn) => {
+            drop(inner);
+            let Some(e) = state::engine_if_running() else {
+                return;
+            };
+            let cmd = match p {
+                Pending::Send(wr) => Command::PostSend {
+                    conn,
+                    stream: q.qpn,
+                    wr,
+                },
+                Pending::Recv(wr) => Command::PostRecv {
+                    conn,
+                    stream: q.qpn,
+                    wr,
+                },
+            };
+            e.h.command(cmd);
+        }
+        None => inner.pending.push(p),
+    }
+}
+
+unsafe extern "C" fn op_post_send(
+    qp: *mut ibv_qp,
+    mut wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    let Some(q) = (unsafe { qp_of(qp) }) else {
+        return libc::EINVAL;
+    };
+    let st = &q.st;
+    let set_bad = |w: *mut ibv_send_wr| {
+        if !bad.is_null() {
+            // SAFETY: the caller's out-parameter.
+            unsafe { *bad = w };
+        }
+    };
+    let state = lock(&st.inner).state;
+    if state != IBV_QPS_RTS {
+        set_bad(wr);
+        return libc::EINVAL;
+    }
+    while !wr.is_null() {
+        // SAFETY: the caller's work request chain.
+        let w = unsafe { &*wr };
+        let Some(mut sgl) = sg_list(w.sg_list, w.num_sge) else {
+            set_bad(wr);
+            return libc::EINVAL;
+        };
+        // SAFETY: reading the union members the opcode selects.
+        let (rdma, atomic, imm) = unsafe { (w.wr.rdma, w.wr.atomic, w.__bindgen_anon_1.imm_data) };
+        let imm = u32::from_be(imm);
+        let op = match w.opcode {
+            IBV_WR_SEND => SendOp::Send { imm: None },
+            IBV_WR_SEND_WITH_IMM => SendOp::Send { imm: Some(imm) },
+            IBV_WR_RDMA_WRITE => SendOp::Write {
+                rkey: rdma.rkey,
+                raddr: rdma.remote_addr,
+                imm: None,
+            },
+            IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::Write {
+                rkey: rdma.rkey,
+                raddr: rdma.remote_addr,
+                imm: Some(imm),
+            },
+            IBV_WR_RDMA_READ => SendOp::Read {
+                rkey: rdma.rkey,
+                raddr: rdma.remote_addr,
+            },
+            IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
+                rkey: atomic.rkey,
+                raddr: atomic.remote_addr,
+                add: atomic.compare_add,
+            },
+            IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::CmpSwap {
+                rkey: atomic.rkey,
+                raddr: atomic.remote_addr,
+                compare: atomic.compare_add,
+                swap: atomic.swap,
+            },
+            _ => {
+                set_bad(wr);
+                return libc::EINVAL;
+            }
+        };
+        let flags = w.send_flags;
+        let mut owned_key = 0;
+        if flags & IBV_SEND_INLINE != 0
+            && matches!(
+                w.opcode,
+                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+            )
+        {
+            let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
+            if total > st.max_inline.max(MAX_INLINE) as u64 {
+                set_bad(wr);
+                return libc::EINVAL;
+            }
+            let mut data = Vec::with_capacity(total as usize);
+            for s in &sgl {
+                // SAFETY: inline data is read from the application's memory at post time
+                // (the verbs contract: readable, not necessarily registered).
+                unsafe { copy_inline(s.addr, s.len as usize, &mut data) };
+            }
+            let base = 0x1000u64;
+            owned_key = global()
+                .mrs
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .register_owned(st.pd, base, data);
+            sgl = SgList::new();
+            sgl.push(Sge {
+                lkey: owned_key,
+                addr: base,
+                len: total as u32,
+            });
+        }
+        let signaled = st.sq_sig_all || flags & IBV_SEND_SIGNALED != 0;
+        let id = new_wr_id();
+        lock(&global().wrs).insert(
+            id,
+            WrMeta {
+                app_wr_id: w.wr_id,
+                qp: st.clone(),
+                recv: false,
+                signaled,
+                owned_key,
+            },
+        );
+        let swr = SendWr {
+            wr_id: id,
+            op,
+            sgl,
+            // Every work request completes in the engine; the shim drops the successful
+            // completions of unsignalled ones (so inline copies are freed and the send queue
+            // accounting is exact).
+            signaled: true,
+            solicited: flags & IBV_SEND_SOLICITED != 0,
+            fence: flags & IBV_SEND_FENCE != 0,
+        };
+        submit(st, Pending::Send(swr));
+        wr = w.next;
+    }
+    0
+}
+
+unsafe extern "C" fn op_post_recv(
+    qp: *mut ibv_qp,
+    mut wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let Some(q) = (unsafe { qp_of(qp) }) else {
+        return libc::EINVAL;
+    };
+    let st = &q.st;
+    let state = lock(&st.inner).state;
+    if state == IBV_QPS_RESET || state == IBV_QPS_ERR {
+        if !bad.is_null() {
+            // SAFETY: the caller's out-parameter.
+            unsafe { *bad = wr };
+        }
+        return libc::EINVAL;
+    }
+    while !wr.is_null() {
+        // SAFETY: the caller's work request chain.
+        let w = unsafe { &*wr };
+        let Some(sgl) = sg_list(w.sg_list, w.num_sge) else {
+            if !bad.is_null() {
+                // SAFETY: as above.
+                unsafe { *bad = wr };
+            }
+            return libc::EINVAL;
+        };
+        let id = new_wr_id();
+        lock(&global().wrs).insert(
+            id,
+            WrMeta {
+                app_wr_id: w.wr_id,
+                qp: st.clone(),
+                recv: true,
+                signaled: true,
+                owned_key: 0,
+            },
+        );
+        submit(st, Pending::Recv(RecvWr { wr_id: id, sgl }));
+        wr = w.next;
+    }
+    0
+}
+
+unsafe extern "C" fn op_post_srq_recv(
+    _srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller's out-parameter.
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
+// ---------------------------------------------------------------------------------------
+// SRQ, AH, multicast: not offered (clean errors)
+// ---------------------------------------------------------------------------------------
+
+#[export_name = "ferroce_v_ibv_create_srq"]
+pub unsafe extern "C" fn ibv_create_srq(
+    _pd: *mut ibv_pd,
+    _a: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    fail(libc::EOPNOTSUPP, "ibv_create_srq (not supported yet)")
+}
+
+#[export_name = "ferroce_v_ibv_destroy_srq"]
+pub unsafe extern "C" fn ibv_destroy_srq(_srq: *mut ibv_srq) -> c_int {
+    libc::EINVAL
+}
+
+#[export_name = "ferroce_v_ibv_modify_srq"]
+pub unsafe extern "C" fn ibv_modify_srq(
+    _srq: *mut ibv_srq,
+    _a: *mut ibv_srq_attr,
+    _m: c_int,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+#[export_name = "ferroce_v_ibv_query_srq"]
+pub unsafe extern "C" fn ibv_query_srq(_srq: *mut ibv_srq, _a: *mut ibv_srq_attr) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+#[repr(C)]
+pub struct Ah {
+    pub ah: ibv_ah,
+    pub attr: ibv_ah_attr,
+}
+
+#[export_name = "ferroce_v_ibv_create_ah"]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    if pd.is_null() || attr.is_null() {
+        return fail(libc::EINVAL, "ibv_create_ah");
+    }
+    // SAFETY: live PD and the caller's attributes.
+    let ah = Box::new(Ah {
+        ah: ibv_ah {
+            context: unsafe { (*pd).context },
+            pd,
+            handle: 0,
+        },
+        attr: unsafe { attr.read() },
+    });
+    Box::into_raw(ah) as *mut ibv_ah
+}
+
+#[export_name = "ferroce_v_ibv_destroy_ah"]
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    if ah.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: an AH from ibv_create_ah, freed once.
+    drop(unsafe { Box::from_raw(ah as *mut Ah) });
+    0
+}
+
+#[export_name = "ferroce_v_ibv_init_ah_from_wc"]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    _c: *mut ibv_context,
+    _port: u8,
+    _wc: *mut ibv_wc,
+    _grh: *mut ibv_grh,
+    _attr: *mut ibv_ah_attr,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+#[export_name = "ferroce_v_ibv_create_ah_from_wc"]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    _pd: *mut ibv_pd,
+    _wc: *mut ibv_wc,
+    _grh: *mut ibv_grh,
+    _port: u8,
+) -> *mut ibv_ah {
+    fail(libc::EOPNOTSUPP, "")
+}
+
+#[export_name = "ferroce_v_ibv_attach_mcast"]
+pub unsafe extern "C" fn ibv_attach_mcast(
+    _qp: *mut ibv_qp,
+    _gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+#[export_name = "ferroce_v_ibv_detach_mcast"]
+pub unsafe extern "C" fn ibv_detach_mcast(
+    _qp: *mut ibv_qp,
+    _gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+// ---------------------------------------------------------------------------------------
+// Async events, strings, helpers, compat entry points librdmacm binds to
+// ---------------------------------------------------------------------------------------
+
+#[export_name = "ferroce_v_ibv_get_async_event"]
+pub unsafe extern "C" fn ibv_get_async_event(
+    c: *mut ibv_context,
+    _ev: *mut ibv_async_event,
+) -> c_int {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return -1;
+    };
+    // No asynchronous events are generated: block (or EAGAIN on a non-blocking fd) as
+    // verbs does while none is pending.
+    let mut v: u64 = 0;
+    // SAFETY: reads into a live u64 from our eventfd.
+    unsafe {
+        libc::read(
+            ctx.vctx.context.async_fd,
+            &mut v as *mut u64 as *mut c_void,
+            8,
+        )
+    };
+    -1
+}
+
+#[export_name = "ferroce_v_ibv_ack_async_event"]
+pub unsafe extern "C" fn ibv_ack_async_event(_ev: *mut ibv_async_event) {}
+
+macro_rules! cstr {
+    ($s:expr) => {
+        concat!($s, "\0").as_ptr() as *const c_char
+    };
+}
+
+#[export_name = "ferroce_v_ibv_wc_status_str"]
+pub extern "C" fn ibv_wc_status_str(s: c_uint) -> *const c_char {
+    match s {
+        0 => cstr!("success"),
+        1 => cstr!("local length error"),
+        2 => cstr!("local QP operation error"),
+        3 => cstr!("local EE context operation error"),
+        4 => cstr!("local protection error"),
+        5 => cstr!("Work Request Flushed Error"),
+        6 => cstr!("memory management operation error"),
+        7 => cstr!("bad response error"),
+        8 => cstr!("local access error"),
+        9 => cstr!("remote invalid request error"),
+        10 => cstr!("remote access error"),
+        11 => cstr!("remote operation error"),
+        12 => cstr!("transport retry counter exceeded"),
+        13 => cstr!("RNR retry counter exceeded"),
+        14 => cstr!("local RDD violation error"),
+        15 => cstr!("remote invalid RD request"),
+        16 => cstr!("aborted error"),
+        17 => cstr!("invalid EE context number"),
+        18 => cstr!("invalid EE context state"),
+        19 => cstr!("fatal error"),
+        20 => cstr!("response timeout error"),
+        21 => cstr!("general error"),
+        _ => cstr!("unknown"),
+    }
+}
+
+#[export_name = "ferroce_v_ibv_node_type_str"]
+pub extern "C" fn ibv_node_type_str(t: c_int) -> *const c_char {
+    match t {
+        1 => cstr!("InfiniBand channel adapter"),
+        2 => cstr!("InfiniBand switch"),
+        3 => cstr!("InfiniBand router"),
+        4 => cstr!("iWARP NIC"),
+        _ => cstr!("unknown"),
+    }
+}
+
+#[export_name = "ferroce_v_ibv_port_state_str"]
+pub extern "C" fn ibv_port_state_str(s: c_uint) -> *const c_char {
+    match s {
+        0 => cstr!("PORT_NOP"),
+        1 => cstr!("PORT_DOWN"),
+        2 => cstr!("PORT_INIT"),
+        3 => cstr!("PORT_ARMED"),
+        4 => cstr!("PORT_ACTIVE"),
+        5 => cstr!("PORT_ACTIVE_DEFER"),
+        _ => cstr!("invalid state"),
+    }
+}
+
+#[export_name = "ferroce_v_ibv_event_type_str"]
+pub extern "C" fn ibv_event_type_str(_e: c_uint) -> *const c_char {
+    cstr!("unknown")
+}
+
+#[export_name = "ferroce_v_ibv_read_sysfs_file"]
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    _dir: *const c_char,
+    _file: *const c_char,
+    _buf: *mut c_char,
+    _size: usize,
+) -> c_int {
+    // No sysfs for ferroce devices.
+    -1
+}
+
+#[export_name = "ferroce_v_ibv_get_sysfs_path"]
+pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
+    cstr!("/sys")
+}
+
+#[export_name = "ferroce_v_ibv_fork_init"]
+pub extern "C" fn ibv_fork_init() -> c_int {
+    0
+}
+
+#[export_name = "ferroce_v_ibv_is_fork_initialized"]
+pub extern "C" fn ibv_is_fork_initialized() -> c_int {
+    0
+}
+
+#[export_name = "ferroce_v_ibv_dontfork_range"]
+pub extern "C" fn ibv_dontfork_range(_b: *mut c_void, _s: usize) -> c_int {
+    0
+}
+
+#[export_name = "ferroce_v_ibv_dofork_range"]
+pub extern "C" fn ibv_dofork_range(_b: *mut c_void, _s: usize) -> c_int {
+    0
+}
+
+#[export_name = "ferroce_v_ibv_register_driver"]
+pub extern "C" fn ibv_register_driver(_name: *const c_char, _init: *mut c_void) {}
+
+const RATES: [(c_int, c_int, c_int); 18] = [
+    // (enum ibv_rate, multiple of 2.5 Gb/s, Mb/s)
+    (2, 1, 2500),
+    (3, 4, 10000),
+    (4, 12, 30000),
+    (5, 2, 5000),
+    (6, 8, 20000),
+    (7, 16, 40000),
+    (8, 24, 60000),
+    (9, 32, 80000),
+    (10, 48, 120000),
+    (11, 6, 14062),
+    (12, 22, 56250),
+    (13, 45, 112500),
+    (14, 67, 168750),
+    (15, 10, 25000),
+    (16, 40, 100000),
+    (17, 80, 200000),
+    (18, 120, 300000),
+    (19, 20, 50000),
+];
+
+#[export_name = "ferroce_v_ibv_rate_to_mult"]
+pub extern "C" fn ibv_rate_to_mult(r: c_int) -> c_int {
+    RATES.iter().find(|x| x.0 == r).map(|x| x.1).unwrap_or(0)
+}
+
+#[export_name = "ferroce_v_mult_to_ibv_rate"]
+pub extern "C" fn mult_to_ibv_rate(m: c_int) -> c_int {
+    RATES.iter().find(|x| x.1 == m).map(|x| x.0).unwrap_or(0)
+}
+
+#[export_name = "ferroce_v_ibv_rate_to_mbps"]
+pub extern "C" fn ibv_rate_to_mbps(r: c_int) -> c_int {
+    RATES.iter().find(|x| x.0 == r).map(|x| x.2).unwrap_or(0)
+}
+
+#[export_name = "ferroce_v_mbps_to_ibv_rate"]
+pub extern "C" fn mbps_to_ibv_rate(m: c_int) -> c_int {
+    RATES.iter().find(|x| x.2 == m).map(|x| x.0).unwrap_or(0)
+}
+
+/// Kernel ABI converters librdmacm binds to (only used with a kernel rdma_cm, which this
+/// machine has none of): leave the destination as it is.
+#[export_name = "ferroce_v_ibv_copy_ah_attr_from_kern"]
+pub extern "C" fn ibv_copy_ah_attr_from_kern(_d: *mut c_void, _s: *const c_void) {}
+#[export_name = "ferroce_v_ibv_copy_qp_attr_from_kern"]
+pub extern "C" fn ibv_copy_qp_attr_from_kern(_d: *mut c_void, _s: *const c_void) {}
+#[export_name = "ferroce_v_ibv_copy_path_rec_from_kern"]
+pub extern "C" fn ibv_copy_path_rec_from_kern(_d: *mut c_void, _s: *const c_void) {}
+#[export_name = "ferroce_v_ibv_copy_path_rec_to_kern"]
+pub extern "C" fn ibv_copy_path_rec_to_kern(_d: *mut c_void, _s: *const c_void) {}
+
+#[export_name = "ferroce_v_ibv_set_ece"]
+pub extern "C" fn ibv_set_ece(_qp: *mut ibv_qp, _e: *mut ibv_ece) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+#[export_name = "ferroce_v_ibv_query_ece"]
+pub extern "C" fn ibv_query_ece(_qp: *mut ibv_qp, _e: *mut ibv_ece) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+#[export_name = "ferroce_v_ibv_resolve_eth_l2_from_gid"]
+pub extern "C" fn ibv_resolve_eth_l2_from_gid(
+    _c: *mut ibv_context,
+    _a: *mut ibv_ah_attr,
+    _mac: *mut u8,
+    _vid: *mut u16,
+) -> c_int {
+    -1
+}
+
+#[export_name = "ferroce_v_ibv_rereg_mr"]
+pub extern "C" fn ibv_rereg_mr(
+    _mr: *mut ibv_mr,
+    _flags: c_int,
+    _pd: *mut ibv_pd,
+    _addr: *mut c_void,
+    _len: usize,
+    _access: c_int,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+#[export_name = "ferroce_v_ibv_reg_dmabuf_mr"]
+pub extern "C" fn ibv_reg_dmabuf_mr(
+    _pd: *mut ibv_pd,
+    _off: u64,
+    _len: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut ibv_mr {
+    fail(libc::EOPNOTSUPP, "")
+}
+
+#[export_name = "ferroce_v_ibv_import_device"]
+pub extern "C" fn ibv_import_device(_fd: c_int) -> *mut ibv_context {
+    fail(libc::EOPNOTSUPP, "")
+}
+#[export_name = "ferroce_v_ibv_import_pd"]
+pub extern "C" fn ibv_import_pd(_c: *mut ibv_context, _h: u32) -> *mut ibv_pd {
+    fail(libc::EOPNOTSUPP, "")
+}
+#[export_name = "ferroce_v_ibv_unimport_pd"]
+pub extern "C" fn ibv_unimport_pd(_pd: *mut ibv_pd) {}
+#[export_name = "ferroce_v_ibv_import_mr"]
+pub extern "C" fn ibv_import_mr(_pd: *mut ibv_pd, _h: u32) -> *mut ibv_mr {
+    fail(libc::EOPNOTSUPP, "")
+}
+#[export_name = "ferroce_v_ibv_unimport_mr"]
+pub extern "C" fn ibv_unimport_mr(_mr: *mut ibv_mr) {}
+#[export_name = "ferroce_v_ibv_import_dm"]
+pub extern "C" fn ibv_import_dm(_c: *mut ibv_context, _h: u32) -> *mut c_void {
+    fail(libc::EOPNOTSUPP, "")
+}
+#[export_name = "ferroce_v_ibv_unimport_dm"]
+pub extern "C" fn ibv_unimport_dm(_dm: *mut c_void) {}
+
+#[export_name = "ferroce_v_ibv_query_qp_data_in_order"]
+pub extern "C" fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: c_uint, _flags: u32) -> c_int {
+    0
+}
