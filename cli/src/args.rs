@@ -51,6 +51,10 @@ pub enum BenchWhich {
     /// Raw DPDK packet rate vs ferroce's rate on the same PMD (net_ring, net_af_packet/veth);
     /// needs root and DPDK; its own options follow (`ferroce bench dataplane --help`).
     Dataplane,
+    /// Unmodified `ib_write_bw`/`ib_write_lat` over the verbs shim next to the engine's own
+    /// goodput and round trip on the same veth (needs root, perftest and a built shim:
+    /// `cargo build --release -p ferroce-verbs`); own options follow (`--help`).
+    Verbs,
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]

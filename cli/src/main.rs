@@ -30,12 +30,19 @@ fn main() -> ExitCode {
         let code = ferroce_dataplane::main_bench(&argv[3..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    if argv.len() >= 3 && argv[1] == "bench" && argv[2] == "verbs" {
+        let code = ibverbs::bench::main_bench(&argv[3..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let cli = Cli::parse();
     let res = match cli.cmd {
         Command::Demo(a) => demo(&a),
         Command::Sim(a) => sim(&a),
         Command::Bench(a) if a.which == args::BenchWhich::Dataplane => {
             Ok(ferroce_dataplane::main_bench(&[]) == 0)
+        }
+        Command::Bench(a) if a.which == args::BenchWhich::Verbs => {
+            Ok(ibverbs::bench::main_bench(&[]) == 0)
         }
         Command::Bench(a) => bench::run(&a),
         Command::Dataplane { args } => {

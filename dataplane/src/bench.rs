@@ -203,6 +203,39 @@ fn transport_rate(
     secs: f64,
     line_rate_mbps: u32,
 ) -> Result<(WorkloadResult, u64), String> {
+    transport_rate_spec(
+        eal,
+        a,
+        b,
+        payload,
+        loss,
+        secs,
+        line_rate_mbps,
+        bench_spec,
+        None,
+    )
+}
+
+/// As the benchmark's own run, with the workload `spec(payload, messages per stream)` (hook
+/// for `ferroce bench verbs` in verbs-shim, which compares the verbs shim with the engine's
+/// own goodput and round trip on the same PMD): two engines on `a`/`b` on one worker lcore,
+/// calibrated with 500 messages per stream, then sized to about `secs`; with `messages`,
+/// one run of that many messages per stream instead (no calibration: a second driver on the
+/// same engines registers the server's regions again under other keys, which the driver's
+/// key check refuses in debug builds).
+#[allow(clippy::too_many_arguments)]
+pub fn transport_rate_spec(
+    eal: &Eal,
+    a: Port,
+    b: Port,
+    payload: u32,
+    loss: f64,
+    secs: f64,
+    line_rate_mbps: u32,
+    spec: fn(u32, u32) -> WorkloadSpec,
+    messages: Option<u32>,
+) -> Result<(WorkloadResult, u64), String> {
+    let streams = spec(payload, 1).streams.max(1) as f64;
     let ipa = Ipv4Addr::new(198, 18, 1, 11);
     let ipb = Ipv4Addr::new(198, 18, 1, 12);
     let fault = FaultConfig {
@@ -247,8 +280,20 @@ fn transport_rate(
     let job = eal
         .launch(lcore, move || {
             let mut engines = vec![ea, eb];
+            if let Some(n) = messages {
+                let spec = spec(payload, n);
+                let mut d = PairDriver::new(&ha, &hb, ipb, &spec);
+                let to = drive(
+                    &mut engines,
+                    &mut d,
+                    Duration::from_secs_f64(secs * 10.0 + 10.0),
+                );
+                let (cr, sr) = d.finish(to);
+                let counters: Vec<_> = engines.into_iter().map(|e| e.shutdown()).collect();
+                return (cr.clone(), cr, sr, counters);
+            }
             // Calibrate with a short run, then size the measured one to `secs`.
-            let cal = bench_spec(payload, 500);
+            let cal = spec(payload, 500);
             let mut d0 = PairDriver::new(&ha, &hb, ipb, &cal);
             let t0 = drive(&mut engines, &mut d0, Duration::from_secs(20));
             let (c0, _) = d0.finish(t0);
@@ -257,8 +302,8 @@ fn transport_rate(
             } else {
                 10_000.0
             };
-            let per_stream = ((rate * secs) / 4.0).clamp(500.0, 4_000_000.0) as u32;
-            let spec = bench_spec(payload, per_stream);
+            let per_stream = ((rate * secs) / streams).clamp(500.0, 4_000_000.0) as u32;
+            let spec = spec(payload, per_stream);
             let mut d = PairDriver::new(&ha, &hb, ipb, &spec);
             let to = drive(
                 &mut engines,

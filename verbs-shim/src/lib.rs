@@ -7,15 +7,21 @@
 //! - [`state`]: CQs, QPs, work in flight, connections and the engine.
 //! - [`mr`]: the memory-region table, the one module that touches application memory.
 //! - [`config`]: the engine's configuration from the environment.
+//! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
+//! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
+//! - [`bench`]: `ferroce bench verbs` (perftest over the shim next to the engine's own run).
 //!
 //! Devices: `ferroce0` speaks ferroce's native protocol, `ferroce0_rocev2` IBTA RC over
 //! RoCEv2; applications choose with their device option (`-d`).
 
+pub mod bench;
 pub mod config;
 pub mod exports;
 pub mod mr;
+pub mod srq;
 pub mod state;
 pub mod sys;
+pub mod ud;
 pub mod verbs;
 
 /// Where the build put the stub `libmlx5.so.1` and `libefa.so.1`.

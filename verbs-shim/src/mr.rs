@@ -130,6 +130,63 @@ impl MrTable {
         key
     }
 
+    /// A shim-owned buffer the engine may write (a UD receive buffer): local write allowed.
+    pub fn register_owned_rw(&mut self, pd: u32, addr: u64, data: Vec<u8>) -> u32 {
+        let key = self.register_owned(pd, addr, data);
+        if let Some(r) = self.regions.get_mut(&key) {
+            r.access = access::LOCAL_WRITE;
+        }
+        key
+    }
+
+    /// Local write of `data` at `addr` under `lkey` (checked as the engine's writes are).
+    pub fn write_local_checked(
+        &mut self,
+        lkey: u32,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), MemError> {
+        let (_, off) = self.check(None, lkey, addr, data.len() as u64, access::LOCAL_WRITE)?;
+        let r = self.regions.get_mut(&lkey).ok_or(MemError::UnknownKey)?;
+        MrTable::copy_in(r, off, data);
+        Ok(())
+    }
+
+    /// Local read of `buf.len()` bytes at `addr` under `lkey`.
+    pub fn read_local_checked(&self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let (r, off) = self.check(None, lkey, addr, buf.len() as u64, 0)?;
+        MrTable::copy_out(r, off, buf);
+        Ok(())
+    }
+
+    /// Write `data` at message offset `off` of a scatter/gather list (each piece checked).
+    pub fn write_sgl(
+        &mut self,
+        sgl: &[ferroce_transport::Sge],
+        mut off: u64,
+        data: &[u8],
+    ) -> Result<(), MemError> {
+        let mut done = 0usize;
+        for s in sgl {
+            if done == data.len() {
+                break;
+            }
+            if off >= s.len as u64 {
+                off -= s.len as u64;
+                continue;
+            }
+            let n = ((s.len as u64 - off) as usize).min(data.len() - done);
+            self.write_local_checked(s.lkey, s.addr + off, &data[done..done + n])?;
+            done += n;
+            off = 0;
+        }
+        if done == data.len() {
+            Ok(())
+        } else {
+            Err(MemError::OutOfBounds)
+        }
+    }
+
     pub fn deregister(&mut self, key: u32) -> bool {
         self.regions.remove(&key).is_some()
     }
@@ -234,6 +291,9 @@ impl Memory for ShimMemory {
 
     fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
         let mut t = self.0.write().unwrap_or_else(|p| p.into_inner());
+        if lkey == crate::srq::SRQ_VKEY {
+            return crate::srq::place(&mut t, addr, data);
+        }
         let (_, off) = t.check(None, lkey, addr, data.len() as u64, access::LOCAL_WRITE)?;
         let r = t.regions.get_mut(&lkey).ok_or(MemError::UnknownKey)?;
         MrTable::copy_in(r, off, data);

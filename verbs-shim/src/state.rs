@@ -130,6 +130,10 @@ pub struct QpShared {
     pub inner: Mutex<QpInner>,
     /// The application's `ibv_qp *`, for its `state` field.
     pub qp_ptr: AtomicUsize,
+    /// The SRQ its receives come from (RC QPs created with one).
+    pub srq: Option<Arc<crate::srq::SrqState>>,
+    /// UD QPs: their receive queue and Q_Key (see `ud.rs`).
+    pub ud: Option<crate::ud::UdQp>,
 }
 
 /// A work request the engine holds: what its completion must become.
@@ -140,6 +144,22 @@ pub struct WrMeta {
     pub signaled: bool,
     /// A shim-owned copy (inline send) to free with the completion.
     pub owned_key: u32,
+    /// What else the completion means (SRQ receives, UD traffic).
+    pub ext: Ext,
+}
+
+/// Work requests the shim posts on the application's behalf.
+#[derive(Default)]
+pub enum Ext {
+    #[default]
+    Plain,
+    /// A receive of an SRQ-attached QP's stream that lands in whichever SRQ entry is next
+    /// when its first byte arrives (`srq.rs`).
+    SrqSlot(u32),
+    /// A UD send of the application's `app` QP, carried on the host pair's UD stream.
+    UdSend(Arc<QpShared>),
+    /// One of the UD stream's shim-owned receive buffers (key of the owned region).
+    UdBounce(u32),
 }
 
 /// The connection map: one connection per peer host (native), one peer record per peer
@@ -169,6 +189,8 @@ pub struct Global {
     pub engine: OnceLock<Result<EngineCtl, String>>,
     pub engine_init: Mutex<()>,
     pub open_contexts: AtomicUsize,
+    pub srq: crate::srq::SrqGlobal,
+    pub ud: crate::ud::UdGlobal,
 }
 
 fn seed() -> u32 {
@@ -195,6 +217,8 @@ pub fn global() -> &'static Global {
             engine: OnceLock::new(),
             engine_init: Mutex::new(()),
             open_contexts: AtomicUsize::new(0),
+            srq: Default::default(),
+            ud: Default::default(),
         }
     })
 }
@@ -202,7 +226,7 @@ pub fn global() -> &'static Global {
 pub fn new_qpn() -> u32 {
     loop {
         let q = global().next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
-        if q > 1 {
+        if q > 1 && q != crate::ud::UD_STREAM {
             return q;
         }
     }
@@ -399,11 +423,16 @@ pub fn set_qp_error(qp: &QpShared) {
     }
 }
 
-fn complete(c: Completion) {
+fn complete(c: Completion, t: &mut dyn Transport) {
     let g = global();
     let Some(meta) = lock(&g.wrs).remove(&c.wr_id) else {
         return; // flushed by the shim already
     };
+    match &meta.ext {
+        Ext::Plain => {}
+        Ext::SrqSlot(slot) => return crate::srq::complete(&meta, *slot, c, t),
+        Ext::UdSend(_) | Ext::UdBounce(_) => return crate::ud::complete(meta, c, t),
+    }
     if meta.owned_key != 0 {
         g.mrs
             .write()
@@ -432,11 +461,15 @@ fn complete(c: Completion) {
 }
 
 /// A work request the engine refused at post time: an error completion.
-fn refused(wr_id: u64, err: PostError) {
+pub fn refused(wr_id: u64, err: PostError) {
     let g = global();
     let Some(meta) = lock(&g.wrs).remove(&wr_id) else {
         return;
     };
+    if !matches!(meta.ext, Ext::Plain) {
+        dbg_log!("QP {:#x}: shim work request refused: {err}", meta.qp.qpn);
+        return;
+    }
     dbg_log!("QP {:#x}: work request refused: {err}", meta.qp.qpn);
     set_qp_error(&meta.qp);
     let status = match err {
@@ -460,7 +493,7 @@ fn refused(wr_id: u64, err: PostError) {
 /// The engine's output sink (engine thread).
 fn on_output(o: Output, t: &mut dyn Transport) {
     match o {
-        Output::Completion(c) => complete(c),
+        Output::Completion(c) => complete(c, t),
         Output::Refused { wr_id, err, what } => {
             if wr_id != 0 {
                 refused(wr_id, err);
@@ -478,6 +511,7 @@ fn on_output(o: Output, t: &mut dyn Transport) {
             for qp in waiting {
                 create_stream(t, &qp, conn);
             }
+            crate::ud::on_accepted(t, conn, peer);
         }
         Output::Event(Event::Failed { conn }) => {
             dbg_log!("connection {} failed", conn.0);
@@ -493,7 +527,7 @@ fn on_output(o: Output, t: &mut dyn Transport) {
 }
 
 /// Create the QP's stream on `conn` and post what waited for it (engine thread).
-fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
+pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
     let mut inner = lock(&qp.inner);
     let r = match qp.mode {
         Mode::Native => t.create_stream(conn, qp.qpn, inner.remote_qpn, qp.pd),
@@ -598,6 +632,19 @@ pub fn flush_qp(qp: &Arc<QpShared>) {
     let pending = std::mem::take(&mut lock(&qp.inner).pending);
     drop(pending);
     for (_, m) in metas {
+        // SRQ entries not yet taken stay in the SRQ (verbs does not flush an SRQ with a QP).
+        let m = if let Ext::SrqSlot(slot) = m.ext {
+            match crate::srq::take_slot(slot) {
+                Some(app_wr_id) => WrMeta {
+                    app_wr_id,
+                    ext: Ext::Plain,
+                    ..m
+                },
+                None => continue,
+            }
+        } else {
+            m
+        };
         if m.owned_key != 0 {
             g.mrs
                 .write()

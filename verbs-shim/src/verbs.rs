@@ -250,7 +250,9 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.max_qp_init_rd_atom = 16;
     a.atomic_cap = IBV_ATOMIC_HCA;
     a.max_ah = 1 << 16;
-    a.max_srq = 0;
+    a.max_srq = 1 << 16;
+    a.max_srq_wr = 1 << 14;
+    a.max_srq_sge = 16;
     a.max_pkeys = 1;
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;
@@ -919,12 +921,17 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return fail(libc::EINVAL, "ibv_create_qp: no context");
     };
-    if a.qp_type != IBV_QPT_RC {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp: only RC QPs");
+    if a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UD {
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp: only RC and UD QPs");
     }
-    if !a.srq.is_null() {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp: SRQ");
-    }
+    let srq = if a.srq.is_null() {
+        None
+    } else if a.qp_type != IBV_QPT_RC {
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp: SRQ with a UD QP");
+    } else {
+        // SAFETY: SRQs come from ibv_create_srq: ibv_srq is the first field of our Srq.
+        Some(unsafe { &*(a.srq as *const Srq) }.st.clone())
+    };
     let (Some(scq), Some(rcq)) = (unsafe { cq_of(a.send_cq) }, unsafe { cq_of(a.recv_cq) }) else {
         return fail(libc::EINVAL, "ibv_create_qp: CQs");
     };
@@ -956,6 +963,8 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
             requested: false,
         }),
         qp_ptr: AtomicUsize::new(0),
+        srq,
+        ud: (a.qp_type == IBV_QPT_UD).then(crate::ud::UdQp::default),
     });
     // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
     let mut qp = Box::new(Qp {
@@ -971,6 +980,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     qp.qp.qp_num = qpn;
     qp.qp.state = IBV_QPS_RESET;
     qp.qp.qp_type = a.qp_type;
+    qp.qp.srq = a.srq;
     // SAFETY: initialise the embedded mutex and condition variable.
     unsafe {
         libc::pthread_mutex_init(std::ptr::addr_of_mut!(qp.qp.mutex) as *mut _, null_mut());
@@ -979,6 +989,9 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     qp.st
         .qp_ptr
         .store(&*qp as *const Qp as usize, Ordering::Relaxed);
+    if qp.st.ud.is_some() {
+        crate::ud::register_qp(&qp.st);
+    }
     dbg_log!("QP {qpn:#x} created ({:?})", ctx.dev.mode);
     Box::into_raw(qp) as *mut ibv_qp
 }
@@ -1021,7 +1034,7 @@ unsafe extern "C" fn vctx_create_qp_ex(
     qp
 }
 
-fn peer_of(ah: &ibv_ah_attr) -> Option<Ipv4Addr> {
+pub(crate) fn peer_of(ah: &ibv_ah_attr) -> Option<Ipv4Addr> {
     if ah.is_global == 0 {
         return None;
     }
@@ -1056,6 +1069,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     let ok = match (cur, new) {
         (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => true,
         (IBV_QPS_RESET, IBV_QPS_INIT) | (IBV_QPS_INIT, IBV_QPS_INIT) => true,
+        (IBV_QPS_INIT, IBV_QPS_RTR) if st.ud.is_some() => true,
         (IBV_QPS_INIT, IBV_QPS_RTR) => {
             mask & (IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN)
                 == IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
@@ -1070,6 +1084,30 @@ pub unsafe extern "C" fn ibv_modify_qp(
             st.qpn
         );
         return libc::EINVAL;
+    }
+    if let Some(ud) = &st.ud {
+        if mask & IBV_QP_QKEY != 0 {
+            ud.qkey.store(a.qkey, Ordering::Relaxed);
+        }
+        if new == IBV_QPS_RTS && cur == IBV_QPS_RTR {
+            inner.sq_psn = a.sq_psn & 0x00ff_ffff;
+        }
+        inner.state = new;
+        drop(inner);
+        // SAFETY: the application's live ibv_qp.
+        unsafe { (*qp).state = new };
+        if (new == IBV_QPS_ERR || new == IBV_QPS_RESET) && cur != new {
+            state::flush_qp(st);
+        }
+        return 0;
+    }
+    if new == IBV_QPS_INIT && cur == IBV_QPS_RESET && st.srq.is_some() {
+        // The QP's share of the SRQ: virtual receives on its stream (srq.rs).
+        for _ in 0..crate::srq::SLOTS_PER_QP {
+            if let Some(wr) = crate::srq::virtual_recv(st) {
+                inner.pending.push(Pending::Recv(wr));
+            }
+        }
     }
     if new == IBV_QPS_RTR && cur == IBV_QPS_INIT {
         let Some(peer) = peer_of(&a.ah_attr) else {
@@ -1192,7 +1230,7 @@ pub unsafe extern "C" fn ibv_query_qp(
                 qp_context: (*qp).qp_context,
                 send_cq: (*qp).send_cq,
                 recv_cq: (*qp).recv_cq,
-                srq: null_mut(),
+                srq: (*qp).srq,
                 cap,
                 qp_type: (*qp).qp_type,
                 sq_sig_all: q.st.sq_sig_all as c_int,
@@ -1210,6 +1248,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: a QP from ibv_create_qp, freed once.
     let b = unsafe { Box::from_raw(qp as *mut Qp) };
     b.st.qp_ptr.store(0, Ordering::Relaxed);
+    if b.st.ud.is_some() {
+        crate::ud::unregister_qp(&b.st);
+    }
     // The stream stays in the engine (idle): the peer may still retransmit the tail of the
     // conversation (an ACK was lost) and must get its answer, not an unknown-stream refusal.
     // What it places goes through the MR table, which no longer has this QP's regions once
@@ -1230,7 +1271,7 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     fail(libc::EOPNOTSUPP, "")
 }
 
-fn sg_list(sge: *const ibv_sge, n: c_int) -> Option<SgList> {
+pub(crate) fn sg_list(sge: *const ibv_sge, n: c_int) -> Option<SgList> {
     if !(0..=16).contains(&n) || (n > 0 && sge.is_null()) {
         return None;
     }
@@ -1252,7 +1293,7 @@ fn new_wr_id() -> u64 {
 }
 
 /// Hand work to the engine, or keep it until the QP's stream exists.
-fn submit(q: &Arc<QpShared>, p: Pending) {
+pub(crate) fn submit(q: &Arc<QpShared>, p: Pending) {
     let mut inner = lock(&q.inner);
     match inner.conn {
         Some(conn) => {
@@ -1297,6 +1338,10 @@ unsafe extern "C" fn op_post_send(
     if state != IBV_QPS_RTS {
         set_bad(wr);
         return libc::EINVAL;
+    }
+    if st.ud.is_some() {
+        // SAFETY: the caller's work request chain and out-parameter.
+        return unsafe { crate::ud::post_send(st, wr, bad) };
     }
     while !wr.is_null() {
         // SAFETY: the caller's work request chain.
@@ -1383,6 +1428,7 @@ unsafe extern "C" fn op_post_send(
                 recv: false,
                 signaled,
                 owned_key,
+                ext: Default::default(),
             },
         );
         let swr = SendWr {
@@ -1412,7 +1458,7 @@ unsafe extern "C" fn op_post_recv(
     };
     let st = &q.st;
     let state = lock(&st.inner).state;
-    if state == IBV_QPS_RESET || state == IBV_QPS_ERR {
+    if state == IBV_QPS_RESET || state == IBV_QPS_ERR || st.srq.is_some() {
         if !bad.is_null() {
             // SAFETY: the caller's out-parameter.
             unsafe { *bad = wr };
@@ -1438,55 +1484,160 @@ unsafe extern "C" fn op_post_recv(
                 recv: true,
                 signaled: true,
                 owned_key: 0,
+                ext: Default::default(),
             },
         );
-        submit(st, Pending::Recv(RecvWr { wr_id: id, sgl }));
+        match &st.ud {
+            // UD receives wait in the shim until a datagram for this QP arrives (ud.rs).
+            Some(ud) => lock(&ud.rq).push_back((id, sgl)),
+            None => submit(st, Pending::Recv(RecvWr { wr_id: id, sgl })),
+        }
         wr = w.next;
     }
     0
 }
 
 unsafe extern "C" fn op_post_srq_recv(
-    _srq: *mut ibv_srq,
-    wr: *mut ibv_recv_wr,
+    srq: *mut ibv_srq,
+    mut wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller's out-parameter.
-        unsafe { *bad = wr };
+    let set_bad = |w: *mut ibv_recv_wr| {
+        if !bad.is_null() {
+            // SAFETY: the caller's out-parameter.
+            unsafe { *bad = w };
+        }
+    };
+    if srq.is_null() {
+        set_bad(wr);
+        return libc::EINVAL;
     }
-    libc::EOPNOTSUPP
+    // SAFETY: SRQs come from ibv_create_srq: ibv_srq is the first field of our Srq.
+    let st = &unsafe { &*(srq as *const Srq) }.st;
+    while !wr.is_null() {
+        // SAFETY: the caller's work request chain.
+        let w = unsafe { &*wr };
+        let Some(sgl) = sg_list(w.sg_list, w.num_sge) else {
+            set_bad(wr);
+            return libc::EINVAL;
+        };
+        let mut q = lock(&st.q);
+        if q.len() >= st.max_wr as usize || w.num_sge as u32 > st.max_sge {
+            drop(q);
+            set_bad(wr);
+            return libc::ENOMEM;
+        }
+        q.push_back(crate::srq::SrqWr {
+            app_wr_id: w.wr_id,
+            sgl,
+        });
+        drop(q);
+        wr = w.next;
+    }
+    0
 }
 
 // ---------------------------------------------------------------------------------------
-// SRQ, AH, multicast: not offered (clean errors)
+// SRQ (srq.rs), AH, multicast
 // ---------------------------------------------------------------------------------------
+
+#[repr(C)]
+pub struct Srq {
+    pub srq: ibv_srq,
+    pub st: Arc<crate::srq::SrqState>,
+}
 
 #[export_name = "ferroce_v_ibv_create_srq"]
 pub unsafe extern "C" fn ibv_create_srq(
-    _pd: *mut ibv_pd,
-    _a: *mut ibv_srq_init_attr,
+    pd: *mut ibv_pd,
+    a: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
-    fail(libc::EOPNOTSUPP, "ibv_create_srq (not supported yet)")
+    if pd.is_null() || a.is_null() {
+        return fail(libc::EINVAL, "ibv_create_srq");
+    }
+    // SAFETY: the caller's init attributes (max_wr/max_sge are written back).
+    let a = unsafe { &mut *a };
+    if a.attr.max_wr == 0 || a.attr.max_wr > 1 << 14 || a.attr.max_sge > 16 {
+        return fail(libc::EINVAL, "ibv_create_srq: capabilities");
+    }
+    a.attr.max_sge = a.attr.max_sge.max(1);
+    let st = Arc::new(crate::srq::SrqState {
+        q: Mutex::new(Default::default()),
+        max_wr: a.attr.max_wr,
+        max_sge: a.attr.max_sge,
+        limit: std::sync::atomic::AtomicU32::new(a.attr.srq_limit),
+        dead: AtomicBool::new(false),
+    });
+    // SAFETY: an all-zero ibv_srq is valid; mutex/cond initialised below.
+    let mut b = Box::new(Srq {
+        srq: unsafe { std::mem::zeroed() },
+        st,
+    });
+    // SAFETY: a live PD.
+    b.srq.context = unsafe { (*pd).context };
+    b.srq.srq_context = a.srq_context;
+    b.srq.pd = pd;
+    b.srq.handle = global().next_pd.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: initialise the embedded mutex and condition variable.
+    unsafe {
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!(b.srq.mutex) as *mut _, null_mut());
+        libc::pthread_cond_init(std::ptr::addr_of_mut!(b.srq.cond) as *mut _, null_mut());
+    }
+    Box::into_raw(b) as *mut ibv_srq
 }
 
 #[export_name = "ferroce_v_ibv_destroy_srq"]
-pub unsafe extern "C" fn ibv_destroy_srq(_srq: *mut ibv_srq) -> c_int {
-    libc::EINVAL
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    if srq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: an SRQ from ibv_create_srq, freed once (QPs keep the shared part alive).
+    let b = unsafe { Box::from_raw(srq as *mut Srq) };
+    b.st.dead.store(true, Ordering::SeqCst);
+    lock(&b.st.q).clear();
+    0
 }
 
 #[export_name = "ferroce_v_ibv_modify_srq"]
 pub unsafe extern "C" fn ibv_modify_srq(
-    _srq: *mut ibv_srq,
-    _a: *mut ibv_srq_attr,
-    _m: c_int,
+    srq: *mut ibv_srq,
+    a: *mut ibv_srq_attr,
+    m: c_int,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    if srq.is_null() || a.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a live SRQ and the caller's attributes.
+    let (st, a) = (&unsafe { &*(srq as *const Srq) }.st, unsafe { &*a });
+    let m = m as c_uint;
+    if m & IBV_SRQ_MAX_WR != 0 {
+        // Resizing is not offered (the queue is as large as created).
+        return libc::EINVAL;
+    }
+    if m & IBV_SRQ_LIMIT != 0 {
+        if a.srq_limit > st.max_wr {
+            return libc::EINVAL;
+        }
+        st.limit.store(a.srq_limit, Ordering::Relaxed);
+    }
+    0
 }
 
 #[export_name = "ferroce_v_ibv_query_srq"]
-pub unsafe extern "C" fn ibv_query_srq(_srq: *mut ibv_srq, _a: *mut ibv_srq_attr) -> c_int {
-    libc::EOPNOTSUPP
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, a: *mut ibv_srq_attr) -> c_int {
+    if srq.is_null() || a.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a live SRQ and the caller's attribute struct.
+    let st = &unsafe { &*(srq as *const Srq) }.st;
+    unsafe {
+        a.write(ibv_srq_attr {
+            max_wr: st.max_wr,
+            max_sge: st.max_sge,
+            srq_limit: st.limit.load(Ordering::Relaxed),
+        })
+    };
+    0
 }
 
 #[repr(C)]
@@ -1509,6 +1660,10 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         },
         attr: unsafe { attr.read() },
     });
+    // A UD peer: its datagram stream is set up now, before the first send.
+    if let Some(peer) = peer_of(&ah.attr) {
+        crate::ud::warm(peer);
+    }
     Box::into_raw(ah) as *mut ibv_ah
 }
 

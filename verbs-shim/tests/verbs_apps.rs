@@ -39,6 +39,16 @@ const PROGS: &[Prog] = &[
         kind: Kind::PingPong,
     },
     Prog {
+        name: "ibv_srq_pingpong",
+        args: "-g 1 -c -n 100",
+        kind: Kind::PingPong,
+    },
+    Prog {
+        name: "ibv_ud_pingpong",
+        args: "-g 1 -c -s 1024 -n 500",
+        kind: Kind::PingPong,
+    },
+    Prog {
         name: "ib_write_bw",
         args: "-x 1 -F -n 1000",
         kind: Kind::Bw,
@@ -86,39 +96,54 @@ struct RunResult {
     detail: String,
 }
 
-fn run_pair(
+/// One side of a two-namespace run: `bin args... [server_ip]` in namespace `k` with the shim
+/// on LD_LIBRARY_PATH and engine k's environment (address 198.18.0.11 + k, af_packet on the
+/// namespace's veth end, injected loss), bounded by `timeout`.
+fn side(
     pair: &VethPair,
     libs: &Path,
-    prog: &Prog,
-    dev: &str,
+    k: usize,
+    bin: &Path,
+    args: &[&str],
     loss: f64,
     limit: Duration,
-) -> RunResult {
-    let bin = PathBuf::from("/usr/bin").join(prog.name);
-    let mk = |k: usize, server_ip: Option<&str>| {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &pair.ns[k], "timeout", "-k", "5"])
-            .arg(format!("{}", limit.as_secs()))
-            .arg(&bin)
-            .args(["-d", dev])
-            .args(prog.args.split_whitespace());
-        if let Some(ip) = server_ip {
-            c.arg(ip);
-        }
-        c.env("LD_LIBRARY_PATH", libs)
-            .env("FERROCE_IP", format!("198.18.0.{}", 11 + k))
-            .env(
-                "FERROCE_PMD",
-                format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[k]),
-            )
-            .env("FERROCE_LOSS", format!("{loss}"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    };
-    let server = mk(1, None).spawn().expect("spawn server");
+) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &pair.ns[k], "timeout", "-k", "5"])
+        .arg(format!("{}", limit.as_secs()))
+        .arg(bin)
+        .args(args);
+    c.env("LD_LIBRARY_PATH", libs)
+        .env("FERROCE_IP", format!("198.18.0.{}", 11 + k))
+        .env(
+            "FERROCE_PMD",
+            format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[k]),
+        )
+        .env("FERROCE_LOSS", format!("{loss}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Server in namespace 1, then (after a moment) the client in namespace 0 naming the server's
+/// kernel address; both outputs (stdout + stderr) and exit statuses.
+fn run_two(
+    pair: &VethPair,
+    libs: &Path,
+    bin: &Path,
+    args: &[&str],
+    loss: f64,
+    limit: Duration,
+) -> ((String, Option<i32>), (String, Option<i32>)) {
+    let server = side(pair, libs, 1, bin, args, loss, limit)
+        .spawn()
+        .expect("spawn server");
     std::thread::sleep(Duration::from_millis(700));
-    let client = mk(0, Some("198.18.0.2")).spawn().expect("spawn client");
+    let mut cargs = args.to_vec();
+    cargs.push("198.18.0.2");
+    let client = side(pair, libs, 0, bin, &cargs, loss, limit)
+        .spawn()
+        .expect("spawn client");
     let co = client.wait_with_output().unwrap();
     let so = server.wait_with_output().unwrap();
     let text = |o: &std::process::Output| {
@@ -128,8 +153,25 @@ fn run_pair(
             String::from_utf8_lossy(&o.stderr)
         )
     };
-    let (ct, st) = (text(&co), text(&so));
-    let mut ok = co.status.success() && so.status.success();
+    ((text(&co), co.status.code()), (text(&so), so.status.code()))
+}
+
+/// The namespaces, the veth pair and the engines' cores are shared: one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run_pair(
+    pair: &VethPair,
+    libs: &Path,
+    prog: &Prog,
+    dev: &str,
+    loss: f64,
+    limit: Duration,
+) -> RunResult {
+    let bin = PathBuf::from("/usr/bin").join(prog.name);
+    let mut args = vec!["-d", dev];
+    args.extend(prog.args.split_whitespace());
+    let ((ct, cc), (st, sc)) = run_two(pair, libs, &bin, &args, loss, limit);
+    let mut ok = cc == Some(0) && sc == Some(0);
     let mut figure = String::from("-");
     for t in [&ct, &st] {
         if t.contains("invalid data") || t.contains("symbol lookup") || t.contains("Failed status")
@@ -169,11 +211,154 @@ fn run_pair(
     RunResult {
         ok,
         figure,
-        detail: format!(
-            "client (exit {:?}):\n{ct}\nserver (exit {:?}):\n{st}",
-            co.status.code(),
-            so.status.code()
-        ),
+        detail: format!("client (exit {cc:?}):\n{ct}\nserver (exit {sc:?}):\n{st}"),
+    }
+}
+
+/// Root, the Debian programs and DPDK's PMDs, or why the test skips.
+fn prerequisites() -> Result<(), &'static str> {
+    if !is_root() {
+        return Err("needs root (network namespaces)");
+    }
+    if !Path::new("/usr/bin/ibv_rc_pingpong").exists()
+        || !Path::new("/usr/bin/ib_write_bw").exists()
+    {
+        return Err("install ibverbs-utils and perftest (scripts/setup.sh does)");
+    }
+    if ferroce_dataplane::config::pmd_dir().is_none() {
+        return Err("DPDK PMDs not installed");
+    }
+    Ok(())
+}
+
+fn modes() -> Vec<(&'static str, &'static str)> {
+    match std::env::var("FERROCE_VERBS_MODES").as_deref() {
+        Ok("native") => vec![("native", "ferroce0")],
+        Ok("roce") => vec![("rocev2", "ferroce0_rocev2")],
+        _ => vec![("native", "ferroce0"), ("rocev2", "ferroce0_rocev2")],
+    }
+}
+
+/// A C program built against the system `infiniband/verbs.h`, linked with `-libverbs` (the
+/// system library at link time; the shim through LD_LIBRARY_PATH at run time), posts RDMA
+/// WRITEs with a wrong rkey, past the end of an MR and to an MR without REMOTE_WRITE (one RC
+/// QP each) and a valid one: each bad one must complete with IBV_WC_REM_ACCESS_ERR and leave
+/// the peer's buffers byte-for-byte unchanged (the peer checksums them), the valid one must
+/// land exactly. Both modes, without and with 1 % loss.
+#[test]
+fn wrong_rkey_program_gets_remote_access_error() {
+    if let Err(why) = prerequisites() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let libs = abi::lib_dir("rkey");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/wrong_rkey.c");
+    let bin = libs.join("wrong_rkey");
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("run cc");
+    assert!(
+        cc.status.success(),
+        "cc wrong_rkey.c -libverbs failed (libibverbs-dev installed?):\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let pair = VethPair::create("v", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
+    let mut failures = Vec::new();
+    for (mode, dev) in modes() {
+        for loss in [0.0, 0.01] {
+            let t0 = Instant::now();
+            let ((ct, cc), (st, sc)) = run_two(
+                &pair,
+                &libs,
+                &bin,
+                &["-d", dev],
+                loss,
+                Duration::from_secs(60),
+            );
+            let rem_access = ct
+                .lines()
+                .filter(|l| l.contains("(remote access error), want 10") && l.ends_with(": ok"))
+                .count();
+            let ok = cc == Some(0)
+                && sc == Some(0)
+                && rem_access == 3
+                && ct.contains("(control (valid rkey)): status 0 (success)")
+                && ct.contains("RESULT ok")
+                && st.contains("RESULT ok")
+                && st.contains("checksum after");
+            eprintln!(
+                "| wrong_rkey       | {mode:<7} | {:>4.1} % | {:<4} | {rem_access}/3 REM_ACCESS_ERR, peer buffers {} ({:.1} s)",
+                loss * 100.0,
+                if ok { "pass" } else { "FAIL" },
+                if st.contains("RESULT ok") { "unchanged" } else { "CHANGED or unchecked" },
+                t0.elapsed().as_secs_f64()
+            );
+            if !ok {
+                failures.push(format!(
+                    "wrong_rkey {mode} loss {loss}:\nclient (exit {cc:?}):\n{ct}\nserver (exit {sc:?}):\n{st}"
+                ));
+            }
+        }
+    }
+    drop(pair);
+    std::fs::remove_dir_all(&libs).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// `ferroce bench verbs` (the `ferroce-verbs-bench` program, a process of its own: it sets
+/// up EAL and enters a namespace), short: every row of its CSV is there, measured and ok.
+#[test]
+fn bench_verbs_writes_csv_with_ratios() {
+    if let Err(why) = prerequisites() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let libs = abi::lib_dir("bench");
+    let csv = libs.join("bench.csv");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferroce-verbs-bench"))
+        .args([
+            "--iters",
+            "300",
+            "--lat-iters",
+            "300",
+            "--seconds",
+            "0.3",
+            "--lib",
+        ])
+        .arg(&libs)
+        .arg("--csv")
+        .arg(&csv)
+        .output()
+        .expect("run ferroce-verbs-bench");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(out.status.success(), "ferroce-verbs-bench failed:\n{text}");
+    let body = std::fs::read_to_string(&csv).expect("the CSV");
+    std::fs::remove_dir_all(&libs).ok();
+    let mut lines = body.lines();
+    assert_eq!(
+        lines.next(),
+        Some("metric,mode,size,verbs,engine,unit,ratio,ok")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    // write_bw and write_lat_rtt, native and rocev2.
+    assert_eq!(rows.len(), 4, "rows:\n{body}");
+    for r in &rows {
+        let v = |i: usize| r[i].parse::<f64>().unwrap_or(0.0);
+        assert!(
+            v(3) > 0.0 && v(4) > 0.0 && v(6) > 0.0 && r[7] == "true",
+            "row {r:?} not measured:\n{body}"
+        );
     }
 }
 
@@ -205,6 +390,7 @@ fn unmodified_programs_in_two_namespaces() {
         Ok(v) => v.split(',').filter_map(|x| x.parse().ok()).collect(),
         Err(_) => vec![0.0, 0.01],
     };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let libs = abi::lib_dir("apps");
     let pair = VethPair::create("v", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
     let mut table = Vec::new();

@@ -1,0 +1,487 @@
+//! `ferroce bench verbs`: unmodified `ib_write_bw` and `ib_write_lat` over the shim, next to
+//! the engine's own goodput and round trip on the same PMD in the same run.
+//!
+//! One network namespace holds both ends of a veth pair (`VethLoop`); every party uses DPDK's
+//! `net_af_packet` on those two ends with `framecnt=8192`:
+//! 1. the perftest programs, two processes in the namespace with the shim on
+//!    `LD_LIBRARY_PATH` (engine addresses 198.18.0.11/.12, TCP exchange over `lo`), per mode
+//!    (`-d ferroce0` native, `-d ferroce0_rocev2` RoCEv2);
+//! 2. then, in this process, two native engines on the same two veth ends (the dataplane
+//!    benchmark's run, `ferroce_dataplane::bench::transport_rate_spec`): verified SENDs of
+//!    the same size, 4 streams × depth 32, for goodput; one stream at depth 1 with 2-byte
+//!    SENDs for the round trip (median time from post to completion = data + ACK). SENDs,
+//!    not WRITEs, as the dataplane benchmark measures (a SEND moves the same packets as a
+//!    WRITE of its size, 4 header bytes fewer); one run sized for about `secs` at
+//!    af_packet's packet rate, no calibration run.
+//!
+//! `ib_write_lat` reports half a round trip (t_typical); the table doubles it. Ratios:
+//! bandwidth = shim / engine (the share of the engine's goodput an unmodified program gets),
+//! round trip = shim / engine (how many engine round trips one verbs round trip costs).
+//! Both parties share the machine's cores: the perftest pair runs two application threads
+//! and two engine lcores, the engine run one lcore for both engines and their applications.
+
+use ferroce_dataplane::bench::{data_room, transport_rate_spec};
+use ferroce_dataplane::netns::{self, VethLoop};
+use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
+use ferroce_harness::workload::{OpKind, WorkloadSpec};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+pub const USAGE: &str = "\
+usage: ferroce bench verbs [--size B] [--iters N] [--lat-iters N] [--modes native,rocev2]
+                           [--seconds S] [--loss P] [--csv FILE|-] [--lib DIR]
+
+  Runs the unmodified perftest programs ib_write_bw (-s B -n N) and ib_write_lat (-n N)
+  over the verbs shim (libibverbs.so.1 from --lib, $FERROCE_VERBS_LIB or next to this
+  program), two processes on the two ends of a veth pair with DPDK net_af_packet, for each
+  mode; then the engine's own goodput (B-byte SENDs, 4 streams x depth 32, about S seconds)
+  and round trip (2-byte SENDs at depth 1) on the same PMD and veth pair.
+  --loss P injects P loss on every transmit of every party. Needs root and perftest.
+  CSV columns: metric,mode,size,verbs,engine,unit,ratio,ok";
+
+struct Args {
+    size: u32,
+    iters: u32,
+    lat_iters: u32,
+    modes: Vec<(&'static str, &'static str)>,
+    secs: f64,
+    loss: f64,
+    csv: Option<String>,
+    lib: Option<PathBuf>,
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        size: 65536,
+        iters: 2000,
+        lat_iters: 2000,
+        modes: vec![("native", "ferroce0"), ("rocev2", "ferroce0_rocev2")],
+        secs: 1.0,
+        loss: 0.0,
+        csv: None,
+        lib: None,
+    };
+    let mut it = args.iter();
+    while let Some(x) = it.next() {
+        let mut val = || it.next().cloned().ok_or(format!("{x} needs a value"));
+        let num = |v: String, what: &str| -> Result<f64, String> {
+            v.parse::<f64>()
+                .map_err(|_| format!("{what}: not a number: {v:?}"))
+        };
+        match x.as_str() {
+            "--size" | "-s" => a.size = num(val()?, "--size")? as u32,
+            "--iters" | "-n" => a.iters = num(val()?, "--iters")? as u32,
+            "--lat-iters" => a.lat_iters = num(val()?, "--lat-iters")? as u32,
+            "--seconds" => a.secs = num(val()?, "--seconds")?,
+            "--loss" => a.loss = num(val()?, "--loss")?,
+            "--csv" => a.csv = Some(val()?),
+            "--lib" => a.lib = Some(PathBuf::from(val()?)),
+            "--modes" => {
+                a.modes = Vec::new();
+                for m in val()?.split(',') {
+                    a.modes.push(match m {
+                        "native" => ("native", "ferroce0"),
+                        "rocev2" | "roce" => ("rocev2", "ferroce0_rocev2"),
+                        _ => return Err(format!("--modes: unknown {m:?} (native, rocev2)")),
+                    });
+                }
+            }
+            "-h" | "--help" => return Err(String::new()),
+            _ => return Err(format!("unknown argument {x:?}")),
+        }
+    }
+    if a.size == 0 || a.iters == 0 || a.lat_iters == 0 || a.secs <= 0.0 {
+        return Err("sizes, counts and seconds must be positive".into());
+    }
+    Ok(a)
+}
+
+/// The shim library: a directory holding `libibverbs.so` (cargo's name) or `libibverbs.so.1`.
+fn find_shim(lib: Option<&Path>) -> Result<PathBuf, String> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = lib {
+        dirs.push(d.to_path_buf());
+    } else if let Some(d) = std::env::var_os("FERROCE_VERBS_LIB") {
+        dirs.push(PathBuf::from(d));
+    } else if let Ok(exe) = std::env::current_exe() {
+        if let Some(d) = exe.parent() {
+            dirs.push(d.to_path_buf());
+            dirs.push(d.join("deps"));
+            if let Some(p) = d.parent() {
+                dirs.push(p.to_path_buf());
+            }
+        }
+    }
+    for d in &dirs {
+        for n in ["libibverbs.so", "libibverbs.so.1"] {
+            let p = d.join(n);
+            if p.exists() {
+                return p
+                    .canonicalize()
+                    .map_err(|e| format!("{}: {e}", p.display()));
+            }
+        }
+    }
+    Err(format!(
+        "the verbs shim (libibverbs.so) is not in {dirs:?}: build it (cargo build -p \
+         ferroce-verbs) and pass --lib DIR or set FERROCE_VERBS_LIB"
+    ))
+}
+
+/// A directory for LD_LIBRARY_PATH: the shim as libibverbs.so.1 and the stub providers.
+fn lib_dir(shim: &Path) -> Result<PathBuf, String> {
+    let d = std::env::temp_dir().join(format!("ferroce-bench-verbs-{}", std::process::id()));
+    std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    let link = |src: &Path, name: &str| -> Result<(), String> {
+        let dst = d.join(name);
+        let _ = std::fs::remove_file(&dst);
+        std::os::unix::fs::symlink(src, &dst).map_err(|e| format!("{}: {e}", dst.display()))
+    };
+    link(shim, "libibverbs.so.1")?;
+    for l in ["libmlx5.so.1", "libefa.so.1", "libmlx4.so.1"] {
+        let p = Path::new(crate::STUB_DIR).join(l);
+        if p.exists() {
+            link(&p, l)?;
+        }
+    }
+    Ok(d)
+}
+
+/// One perftest run (server on end 1, client on end 0); the client's result row.
+fn perftest(
+    ns: &str,
+    ifname: &[String; 2],
+    libs: &Path,
+    prog: &str,
+    args: &[String],
+    loss: f64,
+) -> Result<Vec<String>, String> {
+    let mk = |k: usize, client: bool| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, "timeout", "-k", "5", "120"])
+            .arg(format!("/usr/bin/{prog}"))
+            .args(args);
+        if client {
+            c.arg("127.0.0.1");
+        }
+        c.env("LD_LIBRARY_PATH", libs)
+            .env("FERROCE_IP", format!("198.18.0.{}", 11 + k))
+            .env(
+                "FERROCE_PMD",
+                format!("net_af_packet0,iface={},framecnt=8192", ifname[k]),
+            )
+            .env("FERROCE_LOSS", format!("{loss}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let server = mk(1, false).spawn().map_err(|e| format!("{prog}: {e}"))?;
+    std::thread::sleep(Duration::from_millis(700));
+    let client = mk(0, true).spawn().map_err(|e| format!("{prog}: {e}"))?;
+    let co = client.wait_with_output().map_err(|e| e.to_string())?;
+    let so = server.wait_with_output().map_err(|e| e.to_string())?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&co.stdout),
+        String::from_utf8_lossy(&co.stderr)
+    );
+    let row = text
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|f| f.len() >= 5 && f[0].parse::<u64>().is_ok() && f[1].parse::<u64>().is_ok());
+    match row {
+        Some(r) if co.status.success() && so.status.success() => Ok(r),
+        _ => Err(format!(
+            "{prog} failed (client {:?}, server {:?}):\n{text}\n{}",
+            co.status.code(),
+            so.status.code(),
+            String::from_utf8_lossy(&so.stderr)
+        )),
+    }
+}
+
+fn bw_spec(payload: u32, messages: u32) -> WorkloadSpec {
+    WorkloadSpec {
+        streams: 4,
+        messages,
+        sizes: vec![payload],
+        ops: vec![OpKind::Send],
+        depth: 32,
+        recv_depth: 32,
+        seed: 1,
+        ..Default::default()
+    }
+}
+
+fn lat_spec(payload: u32, messages: u32) -> WorkloadSpec {
+    WorkloadSpec {
+        streams: 1,
+        messages: messages.min(20_000),
+        sizes: vec![payload],
+        ops: vec![OpKind::Send],
+        depth: 1,
+        recv_depth: 1,
+        seed: 1,
+        ..Default::default()
+    }
+}
+
+struct Row {
+    metric: &'static str,
+    mode: String,
+    size: u32,
+    verbs: f64,
+    engine: f64,
+    unit: &'static str,
+    ok: bool,
+}
+
+impl Row {
+    fn ratio(&self) -> f64 {
+        if self.engine > 0.0 {
+            self.verbs / self.engine
+        } else {
+            0.0
+        }
+    }
+}
+
+/// `ferroce bench verbs`.
+pub fn main_bench(args: &[String]) -> i32 {
+    let a = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("ferroce bench verbs: {e}");
+            }
+            eprintln!("{USAGE}");
+            return if e.is_empty() { 0 } else { 2 };
+        }
+    };
+    match run(&a) {
+        Ok(rows) if rows.iter().all(|r| r.ok) => 0,
+        Ok(_) => 1,
+        Err(e) => {
+            eprintln!("ferroce bench verbs: {e}");
+            1
+        }
+    }
+}
+
+fn run(a: &Args) -> Result<Vec<Row>, String> {
+    if !netns::is_root() {
+        return Err("needs root (network namespaces, DPDK)".into());
+    }
+    for p in ["ib_write_bw", "ib_write_lat"] {
+        if !Path::new("/usr/bin").join(p).exists() {
+            return Err(format!("/usr/bin/{p} missing: install perftest"));
+        }
+    }
+    let shim = find_shim(a.lib.as_deref())?;
+    let libs = lib_dir(&shim)?;
+    let veth = VethLoop::create("bv").map_err(|e| format!("veth set-up: {e}"))?;
+    let mut shim_bw = Vec::new();
+    let mut shim_lat = Vec::new();
+    for (mode, dev) in &a.modes {
+        let bw_args: Vec<String> = format!("-d {dev} -x 1 -F -s {} -n {}", a.size, a.iters)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let bw = perftest(
+            &veth.ns,
+            &veth.ifname,
+            &libs,
+            "ib_write_bw",
+            &bw_args,
+            a.loss,
+        );
+        // BW average [MB/sec] (perftest's MB = 2^20 bytes) as Gbit/s.
+        let gbps = bw
+            .as_ref()
+            .ok()
+            .and_then(|r| r[3].parse::<f64>().ok())
+            .map(|mb| mb * 8.0 * 1.048_576 / 1000.0);
+        if let Err(e) = &bw {
+            eprintln!("{e}");
+        }
+        eprintln!("ib_write_bw  {mode:<7} {:?} Gbit/s", gbps);
+        shim_bw.push((mode.to_string(), gbps));
+        let lat_args: Vec<String> = format!("-d {dev} -x 1 -F -n {}", a.lat_iters)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let lat = perftest(
+            &veth.ns,
+            &veth.ifname,
+            &libs,
+            "ib_write_lat",
+            &lat_args,
+            a.loss,
+        );
+        // t_typical is half a round trip.
+        let rtt = lat
+            .as_ref()
+            .ok()
+            .and_then(|r| r[4].parse::<f64>().ok())
+            .map(|t| 2.0 * t);
+        if let Err(e) = &lat {
+            eprintln!("{e}");
+        }
+        eprintln!("ib_write_lat {mode:<7} {:?} us round trip", rtt);
+        shim_lat.push((mode.to_string(), rtt));
+    }
+
+    // The engine's own runs, in this process, on the same veth ends.
+    netns::enter_netns(&veth.ns).map_err(|e| format!("setns {}: {e}", veth.ns))?;
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let set = if cpus > 1 {
+        format!("0-{}", cpus - 1)
+    } else {
+        "0".into()
+    };
+    let eal_args = vec![
+        "ferroce-bench-verbs".to_string(),
+        "--no-pci".into(),
+        format!("--lcores=0@({set}),1@({set})"),
+        "--log-level=warning".into(),
+        format!("--file-prefix=ferroce-bench-verbs-{}", std::process::id()),
+        "--no-huge".into(),
+        "--no-shconf".into(),
+        "-m".into(),
+        "1024".into(),
+    ];
+    let eal = Eal::init(&eal_args).map_err(|e| format!("EAL: {e}"))?;
+    let mut k = 0u32;
+    let mut ports = || -> Result<(Port, Port), String> {
+        k += 1;
+        let mut v = Vec::new();
+        for (i, ifn) in veth.ifname.iter().enumerate() {
+            let id = eal
+                .vdev(
+                    &format!("net_af_packet{k}{i}"),
+                    &format!("iface={ifn},framecnt=8192"),
+                )
+                .map_err(|e| e.to_string())?;
+            let pool = Mempool::new(&eal, &format!("fbv{k}_{i}"), 16383, 256, data_room(1500))
+                .map_err(|e| e.to_string())?;
+            v.push(
+                Port::start(&eal, id, &pool, &PortConfig::default()).map_err(|e| e.to_string())?,
+            );
+        }
+        let b = v.pop().expect("two ports");
+        let a = v.pop().expect("two ports");
+        Ok((a, b))
+    };
+    let line_rate: u32 = std::env::var("FERROCE_BENCH_LINE_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4_000);
+    let (pa, pb) = ports()?;
+    // Sized for about `secs` at af_packet's ~200 kpps (no calibration run, see the hook).
+    let pkts = (a.size as f64 / 1400.0).ceil().max(1.0);
+    let per_stream = ((a.secs * 200_000.0 / pkts / 4.0) as u32).clamp(200, 1_000_000);
+    let (gb, _) = transport_rate_spec(
+        &eal,
+        pa,
+        pb,
+        a.size,
+        a.loss,
+        a.secs,
+        line_rate,
+        bw_spec,
+        Some(per_stream),
+    )?;
+    if !gb.ok {
+        eprintln!(
+            "engine goodput run: {:?}",
+            &gb.errors[..gb.errors.len().min(5)]
+        );
+    }
+    let (pa, pb) = ports()?;
+    let (lt, _) = transport_rate_spec(
+        &eal,
+        pa,
+        pb,
+        2,
+        a.loss,
+        a.secs,
+        line_rate,
+        lat_spec,
+        Some(a.lat_iters),
+    )?;
+    if !lt.ok {
+        eprintln!(
+            "engine round-trip run: {:?}",
+            &lt.errors[..lt.errors.len().min(5)]
+        );
+    }
+    eprintln!(
+        "engine: SEND goodput {:.3} Gbit/s, round trip p50 {:.1} us",
+        gb.goodput_gbps, lt.latency_p50_us
+    );
+
+    let mut rows = Vec::new();
+    for (mode, g) in shim_bw {
+        rows.push(Row {
+            metric: "write_bw",
+            mode,
+            size: a.size,
+            verbs: g.unwrap_or(0.0),
+            engine: gb.goodput_gbps,
+            unit: "Gbit/s",
+            ok: g.is_some() && gb.ok,
+        });
+    }
+    for (mode, r) in shim_lat {
+        rows.push(Row {
+            metric: "write_lat_rtt",
+            mode,
+            size: 2,
+            verbs: r.unwrap_or(0.0),
+            engine: lt.latency_p50_us,
+            unit: "us",
+            ok: r.is_some() && lt.ok,
+        });
+    }
+    println!(
+        "{:<14} {:<7} {:>7} {:>12} {:>12} {:<7} {:>7} {:>4}   (loss {})",
+        "metric", "mode", "size", "verbs shim", "engine", "unit", "ratio", "ok", a.loss
+    );
+    let mut csv = String::from("metric,mode,size,verbs,engine,unit,ratio,ok\n");
+    for r in &rows {
+        println!(
+            "{:<14} {:<7} {:>7} {:>12.3} {:>12.3} {:<7} {:>7.3} {:>4}",
+            r.metric,
+            r.mode,
+            r.size,
+            r.verbs,
+            r.engine,
+            r.unit,
+            r.ratio(),
+            if r.ok { "ok" } else { "FAIL" }
+        );
+        csv.push_str(&format!(
+            "{},{},{},{:.4},{:.4},{},{:.4},{}\n",
+            r.metric,
+            r.mode,
+            r.size,
+            r.verbs,
+            r.engine,
+            r.unit,
+            r.ratio(),
+            r.ok
+        ));
+    }
+    match &a.csv {
+        Some(f) if f == "-" => print!("{csv}"),
+        Some(f) => std::fs::write(f, &csv).map_err(|e| format!("--csv {f}: {e}"))?,
+        None => print!("\n{csv}"),
+    }
+    drop(eal);
+    drop(veth);
+    std::fs::remove_dir_all(&libs).ok();
+    Ok(rows)
+}
