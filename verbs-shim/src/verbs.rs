@@ -96,6 +96,8 @@ fn devices() -> &'static [usize; 2] {
     })
 }
 
+/// # Safety
+/// `d` is null or a pointer from this library's device list.
 unsafe fn dev_of(d: *mut ibv_device) -> Option<&'static Dev> {
     if d.is_null() || !devices().contains(&(d as usize)) {
         return None;
@@ -135,11 +137,13 @@ pub unsafe extern "C" fn ibv_get_device_name(d: *mut ibv_device) -> *const c_cha
 
 #[export_name = "ferroce_v_ibv_get_device_guid"]
 pub unsafe extern "C" fn ibv_get_device_guid(d: *mut ibv_device) -> u64 {
+    // SAFETY: `d` is a device pointer the application got from ibv_get_device_list (the verbs contract); dev_of checks it is one of ours.
     unsafe { dev_of(d) }.map(|x| x.guid.to_be()).unwrap_or(0)
 }
 
 #[export_name = "ferroce_v_ibv_get_device_index"]
 pub unsafe extern "C" fn ibv_get_device_index(d: *mut ibv_device) -> c_int {
+    // SAFETY: `d` is a device pointer the application got from ibv_get_device_list (the verbs contract); dev_of checks it is one of ours.
     unsafe { dev_of(d) }.map(|x| x.index).unwrap_or(-1)
 }
 
@@ -154,6 +158,8 @@ pub struct Ctx {
     pub dev: &'static Dev,
 }
 
+/// # Safety
+/// `c` is null or a context this library created (its `ibv_context` is the tail of our `Ctx`).
 unsafe fn ctx_of<'a>(c: *mut ibv_context) -> Option<&'a Ctx> {
     if c.is_null() {
         return None;
@@ -264,6 +270,7 @@ pub unsafe extern "C" fn ibv_query_device(
     c: *mut ibv_context,
     attr: *mut ibv_device_attr,
 ) -> c_int {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return libc::EINVAL;
     };
@@ -294,6 +301,7 @@ unsafe extern "C" fn vctx_query_device_ex(
     attr: *mut ibv_device_attr_ex,
     attr_size: usize,
 ) -> c_int {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return libc::EINVAL;
     };
@@ -344,6 +352,7 @@ unsafe extern "C" fn vctx_query_port(
     attr: *mut ibv_port_attr,
     len: usize,
 ) -> c_int {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return libc::EINVAL;
     };
@@ -362,6 +371,7 @@ pub unsafe extern "C" fn ibv_query_port(
     attr: *mut _compat_ibv_port_attr,
 ) -> c_int {
     // The old entry point: callers pass a whole ibv_port_attr of this ABI.
+    // SAFETY: the caller passes a context of ours and an ibv_port_attr of this ABI (the verbs contract).
     unsafe {
         vctx_query_port(
             c,
@@ -408,6 +418,7 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     out: *mut ibv_gid,
 ) -> c_int {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return -1;
     };
@@ -443,6 +454,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     flags: u32,
     entry_size: usize,
 ) -> c_int {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return libc::EINVAL;
     };
@@ -467,6 +479,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     flags: u32,
     entry_size: usize,
 ) -> isize {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return -(libc::EINVAL as isize);
     };
@@ -501,6 +514,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     index: c_uint,
     ty: *mut c_uint,
 ) -> c_int {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     if unsafe { ctx_of(c) }.is_none() || port != 1 || index > 1 || ty.is_null() {
         return -1;
     }
@@ -516,6 +530,7 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     if unsafe { ctx_of(c) }.is_none() || port != 1 || index != 0 || pkey.is_null() {
         return -1;
     }
@@ -539,6 +554,7 @@ pub unsafe extern "C" fn ibv_get_pkey_index(_c: *mut ibv_context, _port: u8, pke
 
 #[export_name = "ferroce_v_ibv_alloc_pd"]
 pub unsafe extern "C" fn ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     if unsafe { ctx_of(c) }.is_none() {
         return fail(libc::EINVAL, "ibv_alloc_pd");
     }
@@ -608,6 +624,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
     len: usize,
     access: c_int,
 ) -> *mut ibv_mr {
+    // SAFETY: the application registers memory it owns (the verbs contract); reg_mr checks the PD and the range.
     unsafe { reg_mr(pd, addr, len, addr as u64, access as c_uint) }
 }
 
@@ -619,6 +636,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
+    // SAFETY: the application registers memory it owns (the verbs contract); reg_mr checks the PD and the range.
     unsafe { reg_mr(pd, addr, len, iova, access as c_uint) }
 }
 
@@ -630,6 +648,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
+    // SAFETY: the application registers memory it owns (the verbs contract); reg_mr checks the PD and the range.
     unsafe { reg_mr(pd, addr, len, iova, access) }
 }
 
@@ -660,6 +679,7 @@ pub struct Channel {
 
 #[export_name = "ferroce_v_ibv_create_comp_channel"]
 pub unsafe extern "C" fn ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_comp_channel {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     if unsafe { ctx_of(c) }.is_none() {
         return fail(libc::EINVAL, "ibv_create_comp_channel");
     }
@@ -703,6 +723,8 @@ pub struct Cq {
     pub st: Arc<CqState>,
 }
 
+/// # Safety
+/// `cq` is null or a CQ this library created.
 unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> Option<&'a Cq> {
     // SAFETY: CQs come from ibv_create_cq: ibv_cq is the first field of our Cq.
     (!cq.is_null()).then(|| unsafe { &*(cq as *const Cq) })
@@ -716,6 +738,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     _vector: c_int,
 ) -> *mut ibv_cq {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     if unsafe { ctx_of(c) }.is_none() || !(1..(1 << 20)).contains(&cqe) {
         return fail(libc::EINVAL, "ibv_create_cq");
     }
@@ -819,6 +842,7 @@ fn idle_backoff() {
 }
 
 unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: `cq` is a CQ this library returned from ibv_create_cq (the verbs contract); cq_of checks null.
     let Some(c) = (unsafe { cq_of(cq) }) else {
         return -1;
     };
@@ -844,6 +868,7 @@ unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) ->
 }
 
 unsafe extern "C" fn op_req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+    // SAFETY: `cq` is a CQ this library returned from ibv_create_cq (the verbs contract); cq_of checks null.
     let Some(c) = (unsafe { cq_of(cq) }) else {
         return libc::EINVAL;
     };
@@ -905,6 +930,8 @@ pub struct Qp {
     pub st: Arc<QpShared>,
 }
 
+/// # Safety
+/// `qp` is null or a QP this library created.
 unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> Option<&'a Qp> {
     // SAFETY: QPs come from ibv_create_qp: ibv_qp is the first field of our Qp.
     (!qp.is_null()).then(|| unsafe { &*(qp as *const Qp) })
@@ -1029,6 +1056,7 @@ unsafe extern "C" fn vctx_create_qp_ex(
         qp_type: a.qp_type,
         sq_sig_all: a.sq_sig_all,
     };
+    // SAFETY: `a.pd` is a PD this library returned; create_qp checks null.
     let qp = unsafe { create_qp(a.pd, &mut b) };
     a.cap = b.cap;
     qp
@@ -1052,6 +1080,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
+    // SAFETY: `qp` is a QP this library returned from ibv_create_qp (the verbs contract); qp_of checks null.
     let (Some(q), false) = (unsafe { qp_of(qp) }, attr.is_null()) else {
         return libc::EINVAL;
     };
@@ -1180,6 +1209,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     _mask: c_int,
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
+    // SAFETY: `qp` is a QP this library returned from ibv_create_qp (the verbs contract); qp_of checks null.
     let Some(q) = (unsafe { qp_of(qp) }) else {
         return libc::EINVAL;
     };
@@ -1324,6 +1354,7 @@ unsafe extern "C" fn op_post_send(
     mut wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
+    // SAFETY: `qp` is a QP this library returned from ibv_create_qp (the verbs contract); qp_of checks null.
     let Some(q) = (unsafe { qp_of(qp) }) else {
         return libc::EINVAL;
     };
@@ -1453,6 +1484,7 @@ unsafe extern "C" fn op_post_recv(
     mut wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
+    // SAFETY: `qp` is a QP this library returned from ibv_create_qp (the verbs contract); qp_of checks null.
     let Some(q) = (unsafe { qp_of(qp) }) else {
         return libc::EINVAL;
     };
@@ -1658,6 +1690,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             pd,
             handle: 0,
         },
+        // SAFETY: `attr` points to the application's ibv_ah_attr (checked non-null above), read once.
         attr: unsafe { attr.read() },
     });
     // A UD peer: its datagram stream is set up now, before the first send.
@@ -1725,6 +1758,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
     c: *mut ibv_context,
     _ev: *mut ibv_async_event,
 ) -> c_int {
+    // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return -1;
     };
