@@ -794,12 +794,13 @@ impl Engine {
         ) {
             Ok(Frame::Udp(u)) => {
                 self.counters.rx_datagrams += 1;
-                let ce = u.ecn == net::ecn::CE;
-                self.transport.handle_datagram(
+                // The real IPv4 and UDP headers go along: RoCEv2's ICRC covers them.
+                let udp_start = u.payload.0 - 8;
+                let ip_start = if f[12..14] == [0x81, 0x00] { 18 } else { 14 };
+                self.transport.handle_datagram_ip(
                     now,
-                    u.src_ip,
-                    u.src_port,
-                    ce,
+                    &f[ip_start..udp_start],
+                    &f[udp_start..u.payload.0],
                     &f[u.payload.0..u.payload.1],
                     mem,
                 );

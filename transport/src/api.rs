@@ -203,6 +203,27 @@ pub trait Transport {
         data: &[u8],
         mem: &mut dyn crate::mem::Memory,
     );
+    /// A datagram together with its real IPv4 and UDP headers, for engines whose integrity
+    /// check covers them (RoCEv2's ICRC covers the IPv4 identification, which peers such as
+    /// Linux rxe set). The default reads the source address, source port and ECN from the
+    /// headers and calls `handle_datagram`.
+    fn handle_datagram_ip(
+        &mut self,
+        now: u64,
+        ip_hdr: &[u8],
+        udp_hdr: &[u8],
+        data: &[u8],
+        mem: &mut dyn crate::mem::Memory,
+    ) {
+        if ip_hdr.len() < 20 || udp_hdr.len() < 8 {
+            return;
+        }
+        let src = std::net::Ipv4Addr::new(ip_hdr[12], ip_hdr[13], ip_hdr[14], ip_hdr[15]);
+        let ce = ip_hdr[1] & 3 == 3;
+        let src_port = u16::from_be_bytes([udp_hdr[0], udp_hdr[1]]);
+        self.handle_datagram(now, src, src_port, ce, data, mem)
+    }
+
     /// As `handle_datagram`, for a datagram that arrived on NIC port (plane) `nic_port`:
     /// answers on that path go back on the same plane.
     #[allow(clippy::too_many_arguments)]
