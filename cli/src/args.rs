@@ -32,6 +32,12 @@ pub enum Command {
     },
     /// Print the counters a running engine writes to its `[counters] json` file.
     Stats { file: PathBuf },
+    /// Interop with Linux soft-RoCE: `ferroce interop rxe` boots rxe VMs (qemu) and runs the
+    /// verbs programs against ferroce's RoCEv2 mode (needs root; `ferroce interop rxe --help`).
+    Interop {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,6 +30,10 @@ fn main() -> ExitCode {
         let code = ferroce_dataplane::main_bench(&argv[3..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    if argv.len() >= 2 && argv[1] == "interop" {
+        let code = ferroce_interop::main_interop(&argv[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     if argv.len() >= 3 && argv[1] == "bench" && argv[2] == "verbs" {
         let code = ibverbs::bench::main_bench(&argv[3..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
@@ -47,6 +51,11 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(&a),
         Command::Dataplane { args } => {
             let code = ferroce_dataplane::main_dataplane(&args);
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+        // Handled before parsing; here only when clap saw it (e.g. `ferroce interop`).
+        Command::Interop { args } => {
+            let code = ferroce_interop::main_interop(&args);
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
         Command::Stats { file } => ferroce_dataplane::cli::print_stats_file(&file)

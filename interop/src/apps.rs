@@ -1,0 +1,727 @@
+//! The verbs programs on both sides and the interop matrix.
+//!
+//! A [`Session`] is one lab (namespace, bridge, host veth, taps) with one or two rxe VMs at one
+//! link MTU. On the host side the unmodified Debian program runs inside the lab namespace with
+//! the ferroce verbs shim on `LD_LIBRARY_PATH` (device `ferroce0_rocev2`, the DPDK engine on
+//! `net_af_packet` over [`crate::lab::HOST_IF`] with its own address [`FERROCE_IP`]); the
+//! programs' TCP exchange uses the kernel's [`HOST_IP`]. In the VM the same program runs on
+//! `rxe0`. Every run is bounded in time and checks exit status and output of both sides.
+
+use crate::image::{self, Image};
+use crate::lab::{Lab, FERROCE_IP, HOST_IF, HOST_IP};
+use crate::util::{log, Bounded};
+use crate::vm::{Vm, VmOut, VmSpec};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The port the programs exchange QP information on.
+pub const PORT: u16 = 18515;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    PingPong,
+    Bw,
+    Lat,
+}
+
+/// One program of the matrix with the arguments both sides get (besides `-d`, `-m`).
+#[derive(Clone, Copy, Debug)]
+pub struct Program {
+    pub name: &'static str,
+    pub args: &'static str,
+    pub kind: Kind,
+}
+
+/// The matrix's programs. Iteration counts are small: rxe runs under software emulation.
+pub const PROGRAMS: &[Program] = &[
+    Program {
+        name: "ibv_rc_pingpong",
+        args: "-g 1 -c -n 100",
+        kind: Kind::PingPong,
+    },
+    Program {
+        name: "ib_send_bw",
+        args: "-x 1 -F -n 200",
+        kind: Kind::Bw,
+    },
+    Program {
+        name: "ib_write_bw",
+        args: "-x 1 -F -n 200",
+        kind: Kind::Bw,
+    },
+    Program {
+        name: "ib_read_bw",
+        args: "-x 1 -F -n 200",
+        kind: Kind::Bw,
+    },
+    Program {
+        name: "ib_atomic_bw",
+        args: "-x 1 -F -n 200",
+        kind: Kind::Bw,
+    },
+    Program {
+        name: "ib_write_lat",
+        args: "-x 1 -F -n 200",
+        kind: Kind::Lat,
+    },
+];
+
+pub fn program(name: &str) -> Option<Program> {
+    PROGRAMS.iter().copied().find(|p| p.name == name)
+}
+
+/// Which side ferroce plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Server,
+    Client,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Server => "server",
+            Role::Client => "client",
+        }
+    }
+}
+
+/// `ibv_rc_pingpong -m` and perftest `-m` spell the MTU the same way.
+fn mtu_args(p: &Program, mtu: u32) -> String {
+    format!("{} -m {mtu}", p.args)
+}
+
+/// Outcome of one run.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub program: &'static str,
+    /// `"server"`/`"client"`, or `"rxe-rxe"` for the harness proof.
+    pub role: &'static str,
+    pub mtu: u32,
+    pub loss_pct: f64,
+    pub ok: bool,
+    pub figure: String,
+    pub secs: f64,
+    /// Both sides' exit status and output.
+    pub detail: String,
+}
+
+/// Judge both sides' output: exit 0, the program's success lines, no data errors; and the figure
+/// (pingpong: usec/iter; bw: MB/s average; lat: typical usec), taken from `figure_from`.
+pub fn judge(
+    p: &Program,
+    a: (&str, Option<i32>),
+    b: (&str, Option<i32>),
+    figure_from: &str,
+) -> (bool, String) {
+    let mut ok = a.1 == Some(0) && b.1 == Some(0);
+    for t in [a.0, b.0] {
+        for bad in [
+            "invalid data",
+            "not as expected",
+            "Failed status",
+            "symbol lookup",
+            "Couldn't",
+            "Unable",
+        ] {
+            if t.contains(bad) {
+                ok = false;
+            }
+        }
+    }
+    let mut figure = "-".to_string();
+    match p.kind {
+        Kind::PingPong => {
+            ok &= a.0.contains("iters in") && b.0.contains("iters in");
+            if let Some(l) = figure_from.lines().find(|l| l.contains("usec/iter")) {
+                figure = format!(
+                    "{} us/iter",
+                    l.split('=')
+                        .nth(1)
+                        .unwrap_or("")
+                        .trim()
+                        .trim_end_matches(" usec/iter")
+                );
+            }
+        }
+        Kind::Bw | Kind::Lat => {
+            let row = figure_from
+                .lines()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .find(|f| {
+                    f.len() >= 5 && f[0].parse::<u64>().is_ok() && f[1].parse::<u64>().is_ok()
+                });
+            match row {
+                Some(f) if p.kind == Kind::Bw => {
+                    let mbs: f64 = f[3].parse().unwrap_or(0.0);
+                    figure = format!("{mbs:.2} MB/s");
+                }
+                Some(f) => figure = format!("{} us typ", f[4]),
+                None => ok = false,
+            }
+        }
+    }
+    (ok, figure)
+}
+
+/// The directory to put on `LD_LIBRARY_PATH`: `libibverbs.so.1` (the shim) and the stub
+/// providers perftest loads. The shim is `$FERROCE_VERBS_LIB` (a file or a directory holding
+/// `libibverbs.so`), else the `libibverbs.so` cargo built beside this executable.
+pub fn shim_lib_dir(dir: &Path) -> Result<PathBuf, String> {
+    let mut cands: Vec<PathBuf> = Vec::new();
+    if let Some(v) = std::env::var_os("FERROCE_VERBS_LIB") {
+        let p = PathBuf::from(v);
+        cands.push(if p.is_dir() {
+            p.join("libibverbs.so")
+        } else {
+            p
+        });
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        let mut d = exe.parent().map(Path::to_path_buf);
+        for _ in 0..3 {
+            let Some(x) = d else { break };
+            cands.push(x.join("libibverbs.so"));
+            cands.push(x.join("deps/libibverbs.so"));
+            d = x.parent().map(Path::to_path_buf);
+        }
+    }
+    let lib = cands
+        .into_iter()
+        .find(|p| p.exists())
+        .ok_or("the ferroce verbs shim (libibverbs.so) is not built: cargo build --release -p ferroce-verbs, or set FERROCE_VERBS_LIB")?;
+    let out = dir.join("shim");
+    std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    let link = |src: &Path, name: &str| -> Result<(), String> {
+        let dst = out.join(name);
+        let _ = std::fs::remove_file(&dst);
+        std::os::unix::fs::symlink(src, &dst).map_err(|e| format!("{}: {e}", dst.display()))
+    };
+    link(&lib, "libibverbs.so.1")?;
+    for l in ["libmlx5.so.1", "libefa.so.1", "libmlx4.so.1"] {
+        let p = Path::new(ibverbs::STUB_DIR).join(l);
+        if p.exists() {
+            link(&p, l)?;
+        }
+    }
+    Ok(out)
+}
+
+/// What a ferroce-vs-rxe run needs besides root.
+pub fn prerequisites() -> Result<(), String> {
+    crate::can_run()?;
+    if ferroce_dataplane::config::pmd_dir().is_none() {
+        return Err("DPDK PMDs not installed (scripts/setup.sh)".into());
+    }
+    Ok(())
+}
+
+/// One lab with its VMs at one link MTU (1500 → rxe active MTU 1024, 9000 → 4096).
+pub struct Session {
+    // Field order matters: the VMs go before the lab that holds their taps.
+    pub vms: Vec<Vm>,
+    pub lab: Lab,
+    pub dir: PathBuf,
+    pub link_mtu: u32,
+    pub shim: Option<PathBuf>,
+    /// Kept until the end of the session (removed on drop unless FERROCE_INTEROP_KEEP is set).
+    keep_dir: bool,
+}
+
+impl Session {
+    /// Boot `n_vms` VMs (in parallel: qemu starts at once, then each is awaited) with rxe0 up.
+    pub fn start(img: &Image, n_vms: usize, link_mtu: u32, tag: &str) -> Result<Session, String> {
+        Session::start_with(img, n_vms, link_mtu, tag, false)
+    }
+
+    /// The capture of VM `k`'s NIC (when started with `capture`).
+    pub fn pcap(&self, k: usize) -> PathBuf {
+        self.dir.join(format!("vm{k}.pcap"))
+    }
+
+    /// As [`Session::start`]; with `capture`, qemu writes each VM's traffic to [`Session::pcap`].
+    pub fn start_with(
+        img: &Image,
+        n_vms: usize,
+        link_mtu: u32,
+        tag: &str,
+        capture: bool,
+    ) -> Result<Session, String> {
+        let dir =
+            std::env::temp_dir().join(format!("ferroce-interop-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let lab = Lab::create(n_vms, link_mtu)?;
+        let mut s = Session {
+            vms: Vec::new(),
+            lab,
+            dir: dir.clone(),
+            link_mtu,
+            shim: None,
+            keep_dir: std::env::var_os("FERROCE_INTEROP_KEEP").is_some(),
+        };
+        for k in 0..n_vms {
+            let mut spec = VmSpec::new(k);
+            spec.mtu = link_mtu;
+            if capture {
+                spec.pcap = Some(dir.join(format!("vm{k}.pcap")));
+            }
+            s.vms.push(Vm::spawn(&s.lab, img, &spec, &dir)?);
+        }
+        for vm in s.vms.iter_mut() {
+            let t = vm.wait_ready(Duration::from_secs(120))?;
+            log(&format!("vm{} ready in {:.1} s", vm.index, t.as_secs_f64()));
+        }
+        for vm in s.vms.iter_mut() {
+            vm.add_rxe()?;
+        }
+        Ok(s)
+    }
+
+    /// A host-side program in the lab namespace over the shim (ferroce's RoCEv2 device).
+    fn ferroce_cmd(
+        &mut self,
+        prog: &str,
+        args: &str,
+        loss: f64,
+        limit: Duration,
+    ) -> Result<Command, String> {
+        if self.shim.is_none() {
+            self.shim = Some(shim_lib_dir(&self.dir)?);
+        }
+        let mut c = self.lab.command("timeout");
+        c.args(["-k", "3", &limit.as_secs().to_string()])
+            .arg(Path::new("/usr/bin").join(prog))
+            .args(["-d", "ferroce0_rocev2"])
+            .args(args.split_whitespace())
+            .env("LD_LIBRARY_PATH", self.shim.as_ref().unwrap())
+            .env("FERROCE_IP", FERROCE_IP.to_string())
+            .env(
+                "FERROCE_PMD",
+                format!("net_af_packet0,iface={HOST_IF},framecnt=8192"),
+            )
+            .env("FERROCE_LOSS", format!("{loss}"));
+        if std::env::var_os("FERROCE_VERBS_DEBUG").is_some() {
+            c.env("FERROCE_VERBS_DEBUG", "1");
+        }
+        Ok(c)
+    }
+
+    /// rxe in vm0 against rxe in vm1 (vm0 serves): the harness proof.
+    pub fn rxe_vs_rxe(
+        &mut self,
+        p: &Program,
+        mtu: u32,
+        limit: Duration,
+    ) -> Result<RunResult, String> {
+        if self.vms.len() < 2 {
+            return Err("rxe_vs_rxe needs two VMs".into());
+        }
+        let t0 = Instant::now();
+        let args = mtu_args(p, mtu);
+        let server_ip = self.vms[0].ip;
+        let job = self.vms[0].start(&format!("{} -d rxe0 {args}", p.name), limit)?;
+        self.vms[0].wait_listening(PORT, Duration::from_secs(20))?;
+        let c = self.vms[1].run(&format!("{} -d rxe0 {args} {server_ip}", p.name), limit)?;
+        let s = self.vms[0].wait_job(job)?;
+        let (ok, figure) = judge(p, (&c.text, Some(c.code)), (&s.text, Some(s.code)), &c.text);
+        Ok(RunResult {
+            program: p.name,
+            role: "rxe-rxe",
+            mtu,
+            loss_pct: 0.0,
+            ok,
+            figure,
+            secs: t0.elapsed().as_secs_f64(),
+            detail: format!(
+                "client vm1 (exit {}):\n{}\nserver vm0 (exit {}):\n{}",
+                c.code, c.text, s.code, s.text
+            ),
+        })
+    }
+
+    /// ferroce (host, shim + DPDK engine) against rxe in vm0, ferroce playing `role`.
+    pub fn ferroce_vs_rxe(
+        &mut self,
+        p: &Program,
+        role: Role,
+        mtu: u32,
+        loss: f64,
+        limit: Duration,
+    ) -> Result<RunResult, String> {
+        let t0 = Instant::now();
+        let args = mtu_args(p, mtu);
+        let vm_ip = self.vms[0].ip;
+        let (host, vm): ((String, Option<i32>), VmOut) = match role {
+            Role::Server => {
+                let mut c = self.ferroce_cmd(p.name, &args, loss, limit)?;
+                let h = Bounded::spawn(&mut c, limit + Duration::from_secs(10))?;
+                let t = Instant::now();
+                while !self.lab.tcp_listening(PORT) {
+                    if t.elapsed() > Duration::from_secs(20) {
+                        let o = h.wait();
+                        return Err(format!("ferroce server never listened:\n{}", o.text()));
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let v = self.vms[0].run(&format!("{} -d rxe0 {args} {HOST_IP}", p.name), limit);
+                let o = h.wait();
+                ((o.text(), o.code), v?)
+            }
+            Role::Client => {
+                let job = self.vms[0].start(&format!("{} -d rxe0 {args}", p.name), limit)?;
+                self.vms[0].wait_listening(PORT, Duration::from_secs(20))?;
+                let mut c = self.ferroce_cmd(p.name, &format!("{args} {vm_ip}"), loss, limit)?;
+                let o = Bounded::spawn(&mut c, limit + Duration::from_secs(10))?.wait();
+                let v = self.vms[0].wait_job(job)?;
+                ((o.text(), o.code), v)
+            }
+        };
+        // The figure from the client side (perftest prints the result there; the server too for bw).
+        let client_text = match role {
+            Role::Server => vm.text.clone(),
+            Role::Client => host.0.clone(),
+        };
+        let (ok, figure) = judge(
+            p,
+            (&host.0, host.1),
+            (&vm.text, Some(vm.code)),
+            &client_text,
+        );
+        Ok(RunResult {
+            program: p.name,
+            role: role.as_str(),
+            mtu,
+            loss_pct: loss * 100.0,
+            ok,
+            figure,
+            secs: t0.elapsed().as_secs_f64(),
+            detail: format!(
+                "ferroce {} (exit {:?}):\n{}\nrxe vm0 (exit {}):\n{}",
+                role.as_str(),
+                host.1,
+                host.0,
+                vm.code,
+                vm.text
+            ),
+        })
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for vm in self.vms.iter_mut() {
+            vm.shutdown();
+        }
+        self.vms.clear();
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The link MTU that gives rxe the active MTU `mtu`.
+pub fn link_mtu_for(mtu: u32) -> u32 {
+    if mtu > 1024 {
+        9000
+    } else {
+        1500
+    }
+}
+
+/// The table: program × ferroce role × MTU → pass/fail, figure.
+pub fn table(rows: &[RunResult]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| {:<16} | {:<7} | {:>4} | {:>5} | {:<6} | {:<16} | {:>6} |",
+        "program", "ferroce", "mtu", "loss", "result", "figure", "time"
+    );
+    let _ = writeln!(
+        s,
+        "|{:-<18}|{:-<9}|{:-<6}|{:-<7}|{:-<8}|{:-<18}|{:-<8}|",
+        "", "", "", "", "", "", ""
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {:<16} | {:<7} | {:>4} | {:>4.1}% | {:<6} | {:<16} | {:>5.1}s |",
+            r.program,
+            r.role,
+            r.mtu,
+            r.loss_pct,
+            if r.ok { "pass" } else { "FAIL" },
+            r.figure,
+            r.secs
+        );
+    }
+    s
+}
+
+/// `program,ferroce_role,mtu,loss_pct,result,figure`.
+pub fn csv(rows: &[RunResult]) -> String {
+    let mut s = String::from("program,ferroce_role,mtu,loss_pct,result,figure\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{}",
+            r.program,
+            r.role,
+            r.mtu,
+            r.loss_pct,
+            if r.ok { "pass" } else { "fail" },
+            r.figure.replace(',', ";")
+        );
+    }
+    s
+}
+
+const USAGE: &str = "usage: ferroce interop rxe [--programs a,b] [--mtu 1024,4096] [--roles server,client] [--loss PCT] [--csv FILE] [--timeout SECS] [--verbose]
+  Runs unmodified verbs programs with ferroce (RoCEv2 device, verbs shim, DPDK engine) against
+  Linux soft-RoCE (rdma_rxe) in a qemu VM, each program with ferroce as server and as client.
+  Needs root; installs qemu-system-x86, busybox-static, perftest, ... from Debian when missing.
+  Programs: ibv_rc_pingpong ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_write_lat (default: all).";
+
+/// Matrix options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub programs: Vec<Program>,
+    pub mtus: Vec<u32>,
+    pub roles: Vec<Role>,
+    pub loss_pct: f64,
+    pub csv: Option<PathBuf>,
+    pub limit: Duration,
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            programs: PROGRAMS.to_vec(),
+            mtus: vec![1024, 4096],
+            roles: vec![Role::Server, Role::Client],
+            loss_pct: 0.0,
+            csv: None,
+            limit: Duration::from_secs(120),
+            verbose: false,
+        }
+    }
+}
+
+pub fn parse_args(args: &[String]) -> Result<Options, String> {
+    let mut o = Options::default();
+    let mut it = args.iter();
+    let list = |v: Option<&String>, what: &str| -> Result<Vec<String>, String> {
+        Ok(v.ok_or(format!("{what} needs a value"))?
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect())
+    };
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "rxe" => {}
+            "--programs" | "-p" => {
+                o.programs = list(it.next(), a)?
+                    .iter()
+                    .map(|n| program(n).ok_or(format!("unknown program {n}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--mtu" => {
+                o.mtus = list(it.next(), a)?
+                    .iter()
+                    .map(|m| match m.as_str() {
+                        "1024" => Ok(1024),
+                        "4096" => Ok(4096),
+                        _ => Err(format!("--mtu: {m}: expected 1024 or 4096")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--roles" => {
+                o.roles = list(it.next(), a)?
+                    .iter()
+                    .map(|r| match r.as_str() {
+                        "server" => Ok(Role::Server),
+                        "client" => Ok(Role::Client),
+                        _ => Err(format!("--roles: {r}: expected server or client")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--loss" => {
+                o.loss_pct = it
+                    .next()
+                    .and_then(|v| v.trim_end_matches('%').parse().ok())
+                    .filter(|v: &f64| (0.0..100.0).contains(v))
+                    .ok_or("--loss needs a percentage in [0, 100)")?
+            }
+            "--csv" => o.csv = Some(PathBuf::from(it.next().ok_or("--csv needs a file")?)),
+            "--timeout" => {
+                o.limit = Duration::from_secs(
+                    it.next()
+                        .and_then(|v| v.parse().ok())
+                        .ok_or("--timeout needs seconds")?,
+                )
+            }
+            "--verbose" | "-v" => o.verbose = true,
+            "-h" | "--help" => return Err(String::new()),
+            x => return Err(format!("unknown argument {x}")),
+        }
+    }
+    Ok(o)
+}
+
+/// Run the matrix: one session (lab + one VM) per MTU, every program × role in it.
+pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<RunResult>, String> {
+    prerequisites()?;
+    let _g = crate::VM_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let img = image::prepare()?;
+    let mut rows = Vec::new();
+    for &mtu in &o.mtus {
+        let mut s = Session::start(&img, 1, link_mtu_for(mtu), &format!("m{mtu}"))?;
+        for p in &o.programs {
+            for &role in &o.roles {
+                let r = match s.ferroce_vs_rxe(p, role, mtu, o.loss_pct / 100.0, o.limit) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // The VM's command channel may be out of step: start over.
+                        let r = RunResult {
+                            program: p.name,
+                            role: role.as_str(),
+                            mtu,
+                            loss_pct: o.loss_pct,
+                            ok: false,
+                            figure: "-".into(),
+                            secs: 0.0,
+                            detail: e,
+                        };
+                        drop(s);
+                        s = Session::start(&img, 1, link_mtu_for(mtu), &format!("m{mtu}r"))?;
+                        r
+                    }
+                };
+                each(&r);
+                rows.push(r);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// `ferroce interop rxe [...]`: prints the matrix table, writes `--csv`; 0 when all pass.
+pub fn main_interop(args: &[String]) -> i32 {
+    let o = match parse_args(args) {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("ferroce interop: {e}");
+            }
+            eprintln!("{USAGE}");
+            return if e.is_empty() { 0 } else { 2 };
+        }
+    };
+    let t0 = Instant::now();
+    let verbose = o.verbose;
+    let rows = match run_matrix(&o, |r| {
+        eprintln!(
+            "ferroce interop: {} ferroce={} mtu={} {} {} ({:.1} s)",
+            r.program,
+            r.role,
+            r.mtu,
+            if r.ok { "pass" } else { "FAIL" },
+            r.figure,
+            r.secs
+        );
+        if verbose || !r.ok {
+            eprintln!("{}", r.detail);
+        }
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ferroce interop: {e}");
+            return 2;
+        }
+    };
+    print!("{}", table(&rows));
+    println!(
+        "{} of {} passed in {:.0} s",
+        rows.iter().filter(|r| r.ok).count(),
+        rows.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    if let Some(p) = &o.csv {
+        if let Err(e) = std::fs::write(p, csv(&rows)) {
+            eprintln!("ferroce interop: {}: {e}", p.display());
+            return 2;
+        }
+    }
+    if rows.iter().all(|r| r.ok) {
+        0
+    } else {
+        1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn judges_pingpong_and_perftest_output() {
+        let p = program("ibv_rc_pingpong").unwrap();
+        let t = "  local address:  LID 0x0000, QPN 0x000011, PSN 0x1, GID ::ffff:198.18.0.2\n8192000 bytes in 0.50 seconds = 131.07 Mbit/sec\n1000 iters in 0.50 seconds = 500.00 usec/iter\n";
+        assert_eq!(
+            judge(&p, (t, Some(0)), (t, Some(0)), t),
+            (true, "500.00 us/iter".into())
+        );
+        assert!(!judge(&p, (t, Some(1)), (t, Some(0)), t).0);
+        let p = program("ib_write_bw").unwrap();
+        let t = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 65536      200            12.34              11.50                0.000184\n";
+        assert_eq!(
+            judge(&p, (t, Some(0)), ("", Some(0)), t),
+            (true, "11.50 MB/s".into())
+        );
+        let p = program("ib_write_lat").unwrap();
+        let t = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]\n 2       200          100.1          300.2        150.3            160.0\n";
+        assert_eq!(
+            judge(&p, (t, Some(0)), ("", Some(0)), t),
+            (true, "150.3 us typ".into())
+        );
+    }
+
+    #[test]
+    fn parses_arguments_and_writes_csv() {
+        let a: Vec<String> = [
+            "rxe",
+            "--programs",
+            "ib_write_bw",
+            "--mtu",
+            "1024",
+            "--roles",
+            "client",
+            "--loss",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let o = parse_args(&a).unwrap();
+        assert_eq!(o.programs.len(), 1);
+        assert_eq!(o.mtus, vec![1024]);
+        assert_eq!(o.roles, vec![Role::Client]);
+        assert_eq!(o.loss_pct, 1.0);
+        assert!(parse_args(&["--mtu".to_string(), "2048".to_string()]).is_err());
+        let r = RunResult {
+            program: "ib_write_bw",
+            role: "client",
+            mtu: 1024,
+            loss_pct: 1.0,
+            ok: true,
+            figure: "1.00 MB/s".into(),
+            secs: 1.0,
+            detail: String::new(),
+        };
+        assert_eq!(csv(std::slice::from_ref(&r)), "program,ferroce_role,mtu,loss_pct,result,figure\nib_write_bw,client,1024,1,pass,1.00 MB/s\n");
+        assert!(table(&[r]).contains("| ib_write_bw      | client  | 1024 |"));
+    }
+}

@@ -1,0 +1,225 @@
+//! Wire checks of interop captures: every RoCEv2 packet is decoded by ferroce's codec
+//! (`ferroce_transport::roce::wire`) and by `tshark` (its InfiniBand dissector on UDP 4791);
+//! both must agree on opcode, destination QP and PSN, and every ICRC must be valid over the
+//! packet's real IPv4/UDP headers. The report also counts packets whose ICRC would fail the
+//! canonical-header check (IPv4 identification 0), which is what ferroce's
+//! `RoceEndpoint::handle_datagram` applies.
+
+use crate::util::cmd_output;
+use ferroce_transport::roce::wire::{self, Flow, PacketView};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Ethernet frames of a pcap or pcapng file (Ethernet link type assumed).
+pub fn read_frames(path: &Path) -> Result<Vec<Vec<u8>>, String> {
+    let d = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let u32le = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    if d.len() < 24 {
+        return Err(format!("{}: not a capture", path.display()));
+    }
+    let mut out = Vec::new();
+    match u32le(&d, 0) {
+        0x0a0d_0d0a => {
+            let mut i = 0;
+            while i + 12 <= d.len() {
+                let (bt, bl) = (u32le(&d, i), u32le(&d, i + 4) as usize);
+                if bl < 12 || i + bl > d.len() {
+                    break;
+                }
+                if bt == 6 && bl >= 28 {
+                    let cl = u32le(&d, i + 20) as usize;
+                    out.push(d[i + 28..(i + 28 + cl).min(i + bl)].to_vec());
+                }
+                i += bl;
+            }
+        }
+        0xa1b2_c3d4 | 0xa1b2_3c4d => {
+            let mut i = 24;
+            while i + 16 <= d.len() {
+                let cl = u32le(&d, i + 8) as usize;
+                let end = (i + 16 + cl).min(d.len());
+                out.push(d[i + 16..end].to_vec());
+                i += 16 + cl;
+            }
+        }
+        m => return Err(format!("{}: unknown capture magic {m:#x}", path.display())),
+    }
+    Ok(out)
+}
+
+/// One RoCEv2 packet as ferroce's codec sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decoded {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub ip_id: u16,
+    pub opcode: u8,
+    pub dest_qpn: u32,
+    pub psn: u32,
+    /// ICRC valid over the real IPv4/UDP headers.
+    pub icrc_ok: bool,
+    /// ICRC valid over ferroce's canonical headers (identification 0, DF).
+    pub icrc_canonical_ok: bool,
+    /// The codec rejected it (the error), or `None`.
+    pub error: Option<String>,
+}
+
+/// Decode every IPv4/UDP-4791 frame with ferroce's codec.
+pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
+    let mut v = Vec::new();
+    for f in frames {
+        if f.len() < 14 + 20 + 8 || f[12..14] != [0x08, 0x00] || f[14] >> 4 != 4 || f[23] != 17 {
+            continue;
+        }
+        let ihl = (f[14] & 0x0f) as usize * 4;
+        let (ip, rest) = (&f[14..14 + ihl], &f[14 + ihl..]);
+        if rest.len() < 8 || u16::from_be_bytes([rest[2], rest[3]]) != wire::UDP_PORT {
+            continue;
+        }
+        let udp = &rest[..8];
+        let ulen = (u16::from_be_bytes([udp[4], udp[5]]) as usize).min(rest.len());
+        let payload = &rest[8..ulen.max(8)];
+        let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+        let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+        let ip_id = u16::from_be_bytes([ip[4], ip[5]]);
+        let mut d = Decoded {
+            src,
+            dst,
+            ip_id,
+            opcode: 0,
+            dest_qpn: 0,
+            psn: 0,
+            icrc_ok: false,
+            icrc_canonical_ok: false,
+            error: None,
+        };
+        match PacketView::new_checked(payload) {
+            Ok(p) => {
+                d.opcode = p.opcode() as u8;
+                d.dest_qpn = p.dest_qpn();
+                d.psn = p.psn();
+                d.icrc_ok = p.icrc_ok(ip, udp);
+                let flow = Flow {
+                    src,
+                    dst,
+                    src_port: u16::from_be_bytes([udp[0], udp[1]]),
+                    dst_port: wire::UDP_PORT,
+                };
+                d.icrc_canonical_ok = p.icrc_ok_canonical(&flow);
+            }
+            Err(e) => d.error = Some(format!("{e:?}")),
+        }
+        v.push(d);
+    }
+    v
+}
+
+/// (opcode, dest QP, PSN) of every InfiniBand packet per tshark, in capture order.
+pub fn tshark_decode(path: &Path) -> Result<Vec<(u8, u32, u32)>, String> {
+    let out = cmd_output(
+        Command::new("tshark")
+            .arg("-r")
+            .arg(path)
+            .args([
+                "-d",
+                "udp.port==4791,infiniband",
+                "-Y",
+                "infiniband",
+                "-T",
+                "fields",
+            ])
+            .args([
+                "-e",
+                "infiniband.bth.opcode",
+                "-e",
+                "infiniband.bth.destqp",
+                "-e",
+                "infiniband.bth.psn",
+            ]),
+        Duration::from_secs(60),
+    )?;
+    let num = |s: &str| -> Option<u32> {
+        let s = s.trim();
+        s.strip_prefix("0x")
+            .map(|h| u32::from_str_radix(h, 16).ok())
+            .unwrap_or_else(|| s.parse().ok())
+    };
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            match (
+                f.first().and_then(|x| num(x)),
+                f.get(1).and_then(|x| num(x)),
+                f.get(2).and_then(|x| num(x)),
+            ) {
+                (Some(o), Some(q), Some(p)) => Ok((o as u8, q, p)),
+                _ => Err(format!("tshark line {l:?}")),
+            }
+        })
+        .collect()
+}
+
+/// Result of checking one capture.
+#[derive(Clone, Debug, Default)]
+pub struct WireReport {
+    pub packets: usize,
+    pub icrc_bad: usize,
+    /// Packets whose ICRC fails over canonical headers (non-zero IPv4 identification, ...).
+    pub canonical_mismatch: usize,
+    pub nonzero_ip_id: usize,
+    /// Opcodes seen (by name), with counts.
+    pub opcodes: Vec<(String, usize)>,
+    /// Disagreements between ferroce's codec and tshark, or codec errors.
+    pub problems: Vec<String>,
+}
+
+impl WireReport {
+    /// Codec and tshark agree on every packet and every ICRC is valid.
+    pub fn ok(&self) -> bool {
+        self.packets > 0 && self.icrc_bad == 0 && self.problems.is_empty()
+    }
+}
+
+/// Decode `path` with ferroce's codec and with tshark and compare.
+pub fn check(path: &Path) -> Result<WireReport, String> {
+    let ours = decode(&read_frames(path)?);
+    let theirs = tshark_decode(path)?;
+    let mut r = WireReport {
+        packets: ours.len(),
+        ..Default::default()
+    };
+    let mut ops: std::collections::BTreeMap<String, usize> = Default::default();
+    for d in &ours {
+        if let Some(e) = &d.error {
+            r.problems
+                .push(format!("{}->{} psn?: ferroce codec: {e}", d.src, d.dst));
+            continue;
+        }
+        r.icrc_bad += usize::from(!d.icrc_ok);
+        r.canonical_mismatch += usize::from(!d.icrc_canonical_ok);
+        r.nonzero_ip_id += usize::from(d.ip_id != 0);
+        let name =
+            wire::Opcode::from_u8(d.opcode).map_or("?".to_string(), |o| o.name().to_string());
+        *ops.entry(name).or_default() += 1;
+    }
+    r.opcodes = ops.into_iter().collect();
+    if theirs.len() != ours.len() {
+        r.problems.push(format!(
+            "tshark decoded {} packets, ferroce {}",
+            theirs.len(),
+            ours.len()
+        ));
+    }
+    for (i, (d, t)) in ours.iter().zip(&theirs).enumerate() {
+        if (d.opcode, d.dest_qpn, d.psn) != *t {
+            r.problems.push(format!(
+                "packet {i}: ferroce (op {:#x}, qp {:#x}, psn {:#x}) vs tshark (op {:#x}, qp {:#x}, psn {:#x})",
+                d.opcode, d.dest_qpn, d.psn, t.0, t.1, t.2
+            ));
+        }
+    }
+    Ok(r)
+}
