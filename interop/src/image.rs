@@ -48,6 +48,8 @@ const HOST_PACKAGES: &[(&str, &str)] = &[
         "ibverbs-providers",
         "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so",
     ),
+    // The wire check compares ferroce's RoCEv2 codec with tshark's InfiniBand dissector.
+    ("tshark", "/usr/bin/tshark"),
 ];
 
 /// The VM's init: loads the modules, configures eth0 from the kernel command line

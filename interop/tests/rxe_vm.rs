@@ -73,8 +73,8 @@ fn vm_boots_and_runs_rxe_devinfo() {
 /// Harness proof: rxe in one VM against rxe in another, `ibv_rc_pingpong -g 1` with buffer
 /// validation, MTU 1024. Then the wire check of vm0's capture: ferroce's RoCEv2 codec and
 /// tshark agree on every packet, every ICRC is valid over the real IPv4/UDP headers, and
-/// (what keeps ferroce from talking to rxe today) rxe's non-zero IPv4 identifications make
-/// the ICRC fail over ferroce's canonical headers.
+/// rxe's non-zero IPv4 identifications make the ICRC fail over canonical headers (why the
+/// dataplane must pass the real ones).
 #[test]
 fn two_rxe_vms_rc_pingpong() {
     let Some((_g, img)) = setup() else { return };
@@ -106,10 +106,9 @@ fn two_rxe_vms_rc_pingpong() {
 /// against rxe in a VM: `ibv_rc_pingpong -g 1 -c`, ferroce as server and as client, MTU 1024.
 /// `FERROCE_INTEROP_PROGRAMS=a,b` runs other programs of the matrix instead.
 ///
-/// Ignored until the dataplane hands RoCEv2 datagrams to `RoceEndpoint::handle_datagram_ip`:
-/// rxe sets non-zero IPv4 identifications, which the ICRC covers, so the canonical-header check
-/// of `handle_datagram` drops every rxe packet (`two_rxe_vms_rc_pingpong` shows it on the wire).
-/// Run with `cargo test --release -p ferroce-interop -- --ignored`.
+/// It needs the dataplane to hand RoCEv2 datagrams over with their real IPv4/UDP headers
+/// (`Transport::handle_datagram_ip`): rxe sets non-zero IPv4 identifications, which the ICRC
+/// covers (`two_rxe_vms_rc_pingpong` shows it on the wire).
 #[test]
 fn ferroce_vs_rxe_mtu1024() {
     let Some((_g, img)) = setup() else { return };
