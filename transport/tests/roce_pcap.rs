@@ -517,6 +517,7 @@ fn host(me: Ipv4Addr, d: &Data) -> (RoceEndpoint, KeyedMem) {
                 pd: 0,
                 sq_psn,
                 rq_psn,
+                mtu: 0,
             },
         )
         .unwrap();

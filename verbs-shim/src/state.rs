@@ -111,6 +111,8 @@ pub struct QpInner {
     pub remote_qpn: u32,
     pub rq_psn: u32,
     pub sq_psn: u32,
+    /// Path MTU in bytes from `modify_qp` (0: not set, the engine's default).
+    pub path_mtu: u32,
     /// The connection once the stream exists in the engine.
     pub conn: Option<ConnId>,
     pub pending: Vec<Pending>,
@@ -540,6 +542,7 @@ pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
                     pd: qp.pd,
                     sq_psn: inner.sq_psn,
                     rq_psn: inner.rq_psn,
+                    mtu: inner.path_mtu,
                 },
             ),
             None => Err(PostError::UnknownConnection),

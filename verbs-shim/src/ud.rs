@@ -136,6 +136,7 @@ fn chan(peer: Ipv4Addr, mode: Mode) -> (Arc<QpShared>, bool) {
             remote_qpn: UD_STREAM,
             rq_psn: 0,
             sq_psn: 0,
+            path_mtu: 0,
             conn: None,
             pending: Vec::new(),
             requested: true,

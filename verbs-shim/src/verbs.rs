@@ -985,6 +985,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
             remote_qpn: 0,
             rq_psn: 0,
             sq_psn: 0,
+            path_mtu: 0,
             conn: None,
             pending: Vec::new(),
             requested: false,
@@ -1150,6 +1151,10 @@ pub unsafe extern "C" fn ibv_modify_qp(
         inner.peer = Some(peer);
         inner.remote_qpn = a.dest_qp_num & 0x00ff_ffff;
         inner.rq_psn = a.rq_psn & 0x00ff_ffff;
+        if mask & IBV_QP_PATH_MTU != 0 && (1..=5).contains(&a.path_mtu) {
+            // IBV_MTU_256 = 1 … IBV_MTU_4096 = 5: 128 << n bytes.
+            inner.path_mtu = 128 << a.path_mtu;
+        }
     }
     if new == IBV_QPS_RTS && cur == IBV_QPS_RTR {
         inner.sq_psn = a.sq_psn & 0x00ff_ffff;

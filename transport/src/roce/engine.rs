@@ -25,6 +25,9 @@ pub struct QpParams {
     pub sq_psn: u32,
     /// First PSN this QP expects (rq_psn).
     pub rq_psn: u32,
+    /// Path MTU of this QP in bytes (verbs `path_mtu`: 256 to 4096); 0 = the endpoint's
+    /// configured MTU. Both ends of a QP must use the same one (IBTA segments by it).
+    pub mtu: u32,
 }
 
 fn splitmix64(mut z: u64) -> u64 {
@@ -109,7 +112,7 @@ impl RoceEndpoint {
         if self.by_key.contains_key(&(peer, p.local_qpn)) {
             return Err(PostError::StreamExists);
         }
-        let qp = Qp::new(
+        let mut qp = Qp::new(
             &self.cfg,
             c,
             peer,
@@ -120,6 +123,9 @@ impl RoceEndpoint {
             p.rq_psn,
             qp_source_port(p.local_qpn),
         );
+        if p.mtu != 0 {
+            qp.set_mtu(p.mtu);
+        }
         self.by_key.insert((peer, p.local_qpn), self.qps.len());
         self.qps.push(qp);
         Ok(())
@@ -150,6 +156,7 @@ impl RoceEndpoint {
                 pd,
                 sq_psn,
                 rq_psn,
+                mtu: 0,
             },
         )
     }

@@ -323,6 +323,13 @@ impl Qp {
         self.mtu
     }
 
+    /// Use path MTU `mtu` (rounded down to a power of two in 256..=4096), as verbs'
+    /// `path_mtu` sets it; only before the QP has sent or received anything.
+    pub(crate) fn set_mtu(&mut self, mtu: u32) {
+        let m = mtu.clamp(256, 4096);
+        self.mtu = 1 << (31 - m.leading_zeros());
+    }
+
     /// Requests posted and not yet completed.
     pub fn outstanding_wrs(&self) -> usize {
         self.req.sq.len()
