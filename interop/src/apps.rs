@@ -297,11 +297,12 @@ impl Session {
             .args(args.split_whitespace())
             .env("LD_LIBRARY_PATH", self.shim.as_ref().unwrap())
             .env("FERROCE_IP", FERROCE_IP.to_string())
-            .env(
-                "FERROCE_PMD",
-                format!("net_af_packet0,iface={HOST_IF},framecnt=8192"),
-            )
+            .env("FERROCE_PMD", pmd_devargs(self.link_mtu))
             .env("FERROCE_LOSS", format!("{loss}"));
+        if self.link_mtu > 1500 {
+            // Jumbo frames: the engine's port MTU sizes its mbufs.
+            c.env("FERROCE_DP__PORT__MTU", self.link_mtu.to_string());
+        }
         if std::env::var_os("FERROCE_VERBS_DEBUG").is_some() {
             c.env("FERROCE_VERBS_DEBUG", "1");
         }
@@ -422,6 +423,16 @@ impl Drop for Session {
 }
 
 /// The link MTU that gives rxe the active MTU `mtu`.
+/// The DPDK af_packet port on the lab's host side: its frames must hold a whole jumbo frame
+/// RoCEv2 packet at MTU 4096 (the default frame is 2048 bytes) and fit the engine's mbufs.
+fn pmd_devargs(link_mtu: u32) -> String {
+    if link_mtu > 1500 {
+        format!("net_af_packet0,iface={HOST_IF},framecnt=4096,framesz=8192,blocksz=8192")
+    } else {
+        format!("net_af_packet0,iface={HOST_IF},framecnt=8192")
+    }
+}
+
 pub fn link_mtu_for(mtu: u32) -> u32 {
     if mtu > 1024 {
         9000

@@ -111,6 +111,17 @@ fn two_rxe_vms_rc_pingpong() {
 /// covers (`two_rxe_vms_rc_pingpong` shows it on the wire).
 #[test]
 fn ferroce_vs_rxe_mtu1024() {
+    ferroce_vs_rxe(1024);
+}
+
+/// The same at MTU 4096 (jumbo links: the QP's path MTU, the engine's mbufs and af_packet
+/// frames all follow).
+#[test]
+fn ferroce_vs_rxe_mtu4096() {
+    ferroce_vs_rxe(4096);
+}
+
+fn ferroce_vs_rxe(mtu: u32) {
     let Some((_g, img)) = setup() else { return };
     if let Err(e) = apps::prerequisites() {
         eprintln!("SKIPPED: {e}");
@@ -118,13 +129,15 @@ fn ferroce_vs_rxe_mtu1024() {
     }
     let names = std::env::var("FERROCE_INTEROP_PROGRAMS").unwrap_or("ibv_rc_pingpong".into());
     let t0 = Instant::now();
-    let mut s = apps::Session::start_with(&img, 1, 1500, "fx", true).expect("VM with rxe0");
+    let mut s =
+        apps::Session::start_with(&img, 1, apps::link_mtu_for(mtu), &format!("fx{mtu}"), true)
+            .expect("VM with rxe0");
     let mut rows = Vec::new();
     for n in names.split(',') {
         let p = apps::program(n).unwrap_or_else(|| panic!("unknown program {n}"));
         for role in [apps::Role::Server, apps::Role::Client] {
             let r = s
-                .ferroce_vs_rxe(&p, role, 1024, 0.0, Duration::from_secs(90))
+                .ferroce_vs_rxe(&p, role, mtu, 0.0, Duration::from_secs(90))
                 .unwrap_or_else(|e| panic!("{n} ferroce {role:?}: {e}"));
             eprintln!(
                 "{} ferroce {} -> {} {} ({:.1} s)",
