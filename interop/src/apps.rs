@@ -589,7 +589,7 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
     let img = image::prepare()?;
     let mut rows = Vec::new();
     for &mtu in &o.mtus {
-        let mut s = Session::start(&img, 1, link_mtu_for(mtu), &format!("m{mtu}"))?;
+        let mut s = Session::start_with(&img, 1, link_mtu_for(mtu), &format!("m{mtu}"), true)?;
         for p in &o.programs {
             for &role in &o.roles {
                 let r = match s.ferroce_vs_rxe(p, role, mtu, o.loss_pct / 100.0, o.limit) {
@@ -607,7 +607,13 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
                             detail: e,
                         };
                         drop(s);
-                        s = Session::start(&img, 1, link_mtu_for(mtu), &format!("m{mtu}r"))?;
+                        s = Session::start_with(
+                            &img,
+                            1,
+                            link_mtu_for(mtu),
+                            &format!("m{mtu}r"),
+                            true,
+                        )?;
                         r
                     }
                 };
@@ -615,6 +621,34 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
                 rows.push(r);
             }
         }
+        // Every run of this MTU was captured on the VM's NIC (both directions): ferroce's
+        // RoCEv2 codec and tshark must agree on every packet and every ICRC must be valid.
+        let t0 = Instant::now();
+        s.vms[0].shutdown();
+        let r = match crate::wirecheck::check(&s.pcap(0)) {
+            Ok(w) => RunResult {
+                program: "wire-check",
+                role: "both",
+                mtu,
+                loss_pct: o.loss_pct,
+                ok: w.ok(),
+                figure: format!("{} pkts, {} bad ICRC", w.packets, w.icrc_bad),
+                secs: t0.elapsed().as_secs_f64(),
+                detail: format!("{w:?}"),
+            },
+            Err(e) => RunResult {
+                program: "wire-check",
+                role: "both",
+                mtu,
+                loss_pct: o.loss_pct,
+                ok: false,
+                figure: "-".into(),
+                secs: t0.elapsed().as_secs_f64(),
+                detail: e,
+            },
+        };
+        each(&r);
+        rows.push(r);
     }
     Ok(rows)
 }
