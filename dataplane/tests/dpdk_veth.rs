@@ -102,9 +102,10 @@ min_rto_us = {min_rto}
 initial_rto_us = {min_rto}
 
 [engine]
-# Two processes and their kernel share two cores: spin briefly, then sleep.
-idle_polls_before_sleep = 200
-idle_sleep_us = 50
+# The engine's defaults (spin 2000 empty polls, then sleep 20 µs at a time) unless overridden:
+# a loop that sleeps soon after its traffic pauses answers a loss's resend a sleep later.
+idle_polls_before_sleep = {idle_polls}
+idle_sleep_us = {idle_us}
 
 [fault.tx]
 loss = {loss}
@@ -130,6 +131,8 @@ timeout_s = 60
         loss = run.loss,
         reorder = run.reorder,
         fseed = 7 + side,
+        idle_polls = std::env::var("FERROCE_VETH_IDLE_POLLS").unwrap_or_else(|_| "2000".into()),
+        idle_us = std::env::var("FERROCE_VETH_IDLE_US").unwrap_or_else(|_| "20".into()),
         rate = std::env::var("FERROCE_VETH_RATE").unwrap_or_else(|_| "2000".into()),
         min_rto = std::env::var("FERROCE_VETH_MIN_RTO_US").unwrap_or_else(|_| "10000".into()),
         peer = ENGINE[1],
@@ -183,6 +186,9 @@ fn run_pair(
     let (sok, sout, serr) = server.wait(Duration::from_secs(20));
     let c = last_json(&cout);
     let s = last_json(&sout);
+    if std::env::var_os("FERROCE_VETH_DUMP").is_some() {
+        println!("{} client: {c}\n{} server: {s}", run.name, run.name);
+    }
     let w = &c["workload"];
     println!(
         "veth {:<10} loss {:>4} reorder {:>4}: client ok {} ({} WRs, {} B, {:.3} Gbit/s, p50 {:.0} us, \
@@ -342,8 +348,21 @@ fn dpdk_veth_two_namespaces_af_packet() {
     // other work on the machine only ever lowers a run's goodput.
     let (mut g0s, mut g1s) = (Vec::new(), Vec::new());
     for _ in 0..3 {
-        let (l0, _) = run_pair(&dir.0, &veth, &bulk("bulk0", 0.0), "", "", || {});
-        let (l1, _) = run_pair(&dir.0, &veth, &bulk("bulk1", 0.01), "", "", || {});
+        // FERROCE_VETH_PCAP=<dir>: keep a capture of each bulk run there (diagnosis).
+        let cap = |name: &str| {
+            std::env::var("FERROCE_VETH_PCAP")
+                .map(|d| format!("[capture]\npcap = \"{d}/{name}-{}.pcap\"\n", g1s.len()))
+                .unwrap_or_default()
+        };
+        let (l0, _) = run_pair(&dir.0, &veth, &bulk("bulk0", 0.0), &cap("bulk0"), "", || {});
+        let (l1, _) = run_pair(
+            &dir.0,
+            &veth,
+            &bulk("bulk1", 0.01),
+            &cap("bulk1"),
+            "",
+            || {},
+        );
         g0s.push(l0["workload"]["goodput_gbps"].as_f64().unwrap());
         g1s.push(l1["workload"]["goodput_gbps"].as_f64().unwrap());
         // Selective recovery did its job: every frame the injector dropped was sent again
@@ -366,12 +385,19 @@ fn dpdk_veth_two_namespaces_af_packet() {
          Gbit/s (runs {g1s:.3?}) = {:.1} %",
         g1 / g0 * 100.0
     );
-    // The target is >= 90 %. It is a figure, not an assertion: the ratio of two wall-clock
-    // goodputs of busy-polling engines on this machine's two shared cores moves by more than
-    // that margin between runs (23 % to 79 % seen), so a timed threshold would only flake.
+    // The target is >= 90 % (95-101 % measured here), printed as a figure. Wall-clock goodput
+    // of two engine processes on two shared cores is noisy, so the assertion is only a floor
+    // far below it that catches a broken recovery: a tail loss left to the RTO (10 ms here)
+    // costs a fifth of a run, and such bugs gave 23-40 %.
+    let met = g1 >= 0.9 * g0;
     println!(
         "GOODPUT target (1 % loss >= 90 % of lossless): {}",
-        if g1 >= 0.9 * g0 { "met" } else { "NOT met" }
+        if met { "met" } else { "NOT met" }
+    );
+    assert!(
+        g1 >= 0.5 * g0,
+        "1 % loss goodput {g1:.3} Gbit/s is below half of lossless {g0:.3} Gbit/s: recovery \
+         stalls (RTOs: see the runs above)"
     );
     println!("veth test took {:.1} s", t0.elapsed().as_secs_f64());
 }

@@ -176,6 +176,9 @@ pub struct Connection {
     active: VecDeque<u32>,
     resp_queue: VecDeque<ChunkRef>,
     retx: VecDeque<(ChunkRef, u8)>,
+    /// A tail-loss probe due on path `.1`: sent past every window (the window is full of the
+    /// very packets whose fate it asks about) and with ACK_REQ.
+    tlp: Option<(ChunkRef, u8)>,
     rnr_wait: Vec<(u64, ChunkRef)>,
     ack_queue: VecDeque<u8>,
     ack_queued: Vec<bool>,
@@ -340,6 +343,7 @@ impl Connection {
             active: VecDeque::new(),
             resp_queue: VecDeque::new(),
             retx: VecDeque::new(),
+            tlp: None,
             rnr_wait: Vec::new(),
             ack_queue: VecDeque::new(),
             ack_queued: Vec::new(),
@@ -600,7 +604,10 @@ impl Connection {
     }
 
     fn has_unsent(&self) -> bool {
-        !self.retx.is_empty() || !self.resp_queue.is_empty() || !self.active.is_empty()
+        self.tlp.is_some()
+            || !self.retx.is_empty()
+            || !self.resp_queue.is_empty()
+            || !self.active.is_empty()
     }
 
     // ---- receive path -----------------------------------------------------------------
@@ -1181,7 +1188,16 @@ impl Connection {
         // Pacing sets the rate; the window is only a safety bound, so it gets headroom: an RTT
         // and a half plus the ACK delay, and never less than HINT_WINDOW_MIN packets (a fair
         // share below a packet per RTT must not stall on a one-packet window).
-        let rtt = self.base_rtt() as f64 * 1.5 + self.cfg.ack_delay_ns as f64;
+        // The RTT it covers is the larger of 1.5 × the base RTT and the smoothed RTT: in a
+        // fabric they are close, but where the hosts' own scheduling adds most of the RTT (busy
+        // cores, sleeping poll loops) a base-RTT window would cap the rate far below the hint.
+        let srtt = self
+            .paths
+            .iter()
+            .filter_map(|p| p.srtt_ns)
+            .fold(f64::INFINITY, f64::min);
+        let srtt = if srtt.is_finite() { srtt } else { 0.0 };
+        let rtt = (self.base_rtt() as f64 * 1.5).max(srtt) + self.cfg.ack_delay_ns as f64;
         (self.peer_hint_mbps as f64 / 8000.0 * rtt).max(HINT_WINDOW_MIN * self.mtu as f64)
     }
 
@@ -1408,6 +1424,7 @@ impl Connection {
             self.complete_requests(id);
         }
         self.retx.clear();
+        self.tlp = None;
         self.resp_queue.clear();
         self.active.clear();
         self.rnr_wait.clear();
@@ -1476,7 +1493,7 @@ impl Connection {
                 .is_some_and(|t| t <= now)
             {
                 if let Some(ch) = self.paths[i].take_tlp() {
-                    self.retx.push_front((ch, i as u8));
+                    self.tlp = Some((ch, i as u8));
                 }
             }
         }
@@ -1949,6 +1966,21 @@ impl Connection {
         buf: &mut [u8],
         mem: &mut dyn Memory,
     ) -> Option<(usize, u16)> {
+        // A tail-loss probe goes first and past the windows and the pacer: the flight it asks
+        // about is what fills them, and a probe held back until the RTO is no probe at all.
+        while let Some((c, p)) = self.tlp.take() {
+            if !self.chunk_needed(&c) {
+                break;
+            }
+            match self.build_packet(now, c, p, true, Some(p as usize), buf, mem) {
+                Ok(Some(x)) => return Some(x),
+                Ok(None) => {
+                    self.tlp = Some((c, p)); // its NIC port is busy: next time
+                    return None;
+                }
+                Err(()) => break,
+            }
+        }
         let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
         if inflight > 0 && inflight as f64 + self.mtu as f64 > self.conn_window() {
             return None;
@@ -1996,7 +2028,7 @@ impl Connection {
             } else {
                 (self.next_new_chunk()?, u8::MAX, false)
             };
-            match self.build_packet(now, chunk, avoid, retx, buf, mem) {
+            match self.build_packet(now, chunk, avoid, retx, None, buf, mem) {
                 Ok(Some(x)) => return Some(x),
                 Ok(None) => {
                     // No path has room after all: put the chunk back at the front.
@@ -2016,6 +2048,7 @@ impl Connection {
         chunk: ChunkRef,
         avoid: u8,
         retx: bool,
+        forced: Option<usize>,
         buf: &mut [u8],
         mem: &mut dyn Memory,
     ) -> Result<Option<(usize, u16)>, ()> {
@@ -2120,8 +2153,19 @@ impl Connection {
                 (stream, msg, op, plen, src, false)
             }
         };
-        let Some(pi) = self.pick_path(plen.max(1), avoid) else {
-            return Ok(None);
+        let pi = match forced {
+            // A probe of this path: only the SACK span and the NIC port's room bound it.
+            Some(pi) => {
+                let p = &self.paths[pi];
+                if !p.in_span() || p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+                    return Ok(None);
+                }
+                pi
+            }
+            None => match self.pick_path(plen.max(1), avoid) {
+                Some(pi) => pi,
+                None => return Ok(None),
+            },
         };
         let last = msg.offset + plen >= msg.length;
         let mut fl = 0;
@@ -2140,7 +2184,7 @@ impl Connection {
         // This packet fills the window: ask for an ACK at once rather than after the
         // receiver's delayed-ACK timer, or a small window idles for that long every round.
         let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
-        if (inflight + 2 * mtu as u64) as f64 > self.conn_window() {
+        if forced.is_some() || (inflight + 2 * mtu as u64) as f64 > self.conn_window() {
             fl |= flags::ACK_REQ;
         }
         let path = &self.paths[pi];

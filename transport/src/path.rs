@@ -86,14 +86,17 @@ pub struct TxPath {
     pub consec_lost: u32,
     /// When this path last received an ACK.
     pub last_ack_at: u64,
-    /// A tail-loss probe went out for the current flight (cleared by ACK progress).
-    pub(crate) tlp_sent: bool,
+    /// Tail-loss probes sent since the last ACK progress (each waits twice as long).
+    pub(crate) tlps_sent: u8,
     pub counters: PathCounters,
 }
 
 /// Consecutive losses (with no acknowledgement in between) that make a path Suspect without
 /// waiting for its RTO: a black-holed path is left within about one RTT.
 pub(crate) const SUSPECT_AFTER_LOSSES: u32 = 3;
+
+/// Tail-loss probes per silent flight before only the RTO is left.
+pub(crate) const MAX_TLPS: u8 = 3;
 
 /// What an ACK told the sender.
 #[derive(Debug, Default)]
@@ -144,7 +147,7 @@ impl TxPath {
             failed_at: 0,
             consec_lost: 0,
             last_ack_at: 0,
-            tlp_sent: false,
+            tlps_sent: 0,
             counters: PathCounters::default(),
         }
     }
@@ -158,6 +161,11 @@ impl TxPath {
     pub fn has_room(&self, bytes: u32) -> bool {
         psn_diff(self.next_psn, self.base_psn) < SACK_SPAN as i32
             && (self.inflight_bytes == 0 || self.inflight_bytes as f64 + bytes as f64 <= self.cwnd)
+    }
+
+    /// Room for one more PSN under the receiver's SACK span, whatever the window.
+    pub(crate) fn in_span(&self) -> bool {
+        psn_diff(self.next_psn, self.base_psn) < SACK_SPAN as i32
     }
 
     /// Load relative to the window, for choosing the least-loaded path.
@@ -299,7 +307,7 @@ impl TxPath {
             out.progress = true;
             self.rto_count = 0;
             self.consec_lost = 0;
-            self.tlp_sent = false;
+            self.tlps_sent = 0;
             if self.state != PathState::Good {
                 self.state = PathState::Good;
                 self.probe_at = None;
@@ -470,20 +478,23 @@ impl TxPath {
     }
 
     /// Tail-loss probe deadline: the path has had data in flight and heard nothing for
-    /// 2·srtt + the receiver's ACK delay. Earlier than the RTO, and it costs one packet.
+    /// 2·srtt + the receiver's ACK delay, doubled for each probe already sent; at most
+    /// `MAX_TLPS` probes, and only before the RTO. A probe costs one packet; the RTO resends
+    /// the whole flight and is set for the worst RTT, so on hosts with jittery scheduling a
+    /// lost probe (or a lost ACK of it) must not leave recovery to the RTO.
     pub(crate) fn tlp_deadline(&self, base_rtt: u64, ack_delay: u64) -> Option<u64> {
-        if self.tlp_sent {
+        if self.tlps_sent >= MAX_TLPS {
             return None;
         }
         let newest = self.sent.iter().rev().find(|s| s.fate == Fate::InFlight)?;
         let srtt = self.srtt_ns.map(|s| s as u64).unwrap_or(base_rtt);
-        let at = newest.sent_at.max(self.last_ack_at) + 2 * srtt + ack_delay;
+        let at = newest.sent_at.max(self.last_ack_at) + ((2 * srtt + ack_delay) << self.tlps_sent);
         self.rto_deadline().filter(|rto| at < *rto).map(|_| at)
     }
 
     /// The newest chunk in flight, to be sent again as a tail-loss probe.
     pub(crate) fn take_tlp(&mut self) -> Option<ChunkRef> {
-        self.tlp_sent = true;
+        self.tlps_sent += 1;
         let c = self
             .sent
             .iter()
