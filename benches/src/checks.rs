@@ -180,10 +180,14 @@ pub fn multipath(r: &MultipathReport) -> Vec<Check> {
         "all complete, 0 lost, memory measured",
         match c16 {
             Some(x) => format!(
-                "{:.1} Gb/s aggregate, {} lost, {} errors, memory per idle connection {}",
+                "{:.1} Gb/s aggregate, {} lost, {} errors{}, memory per idle connection {}",
                 x.goodput_gbps,
                 x.lost_msgs,
                 x.errors.len(),
+                x.errors
+                    .first()
+                    .map(|e| format!(" (first: {e})"))
+                    .unwrap_or_default(),
                 x.mem_per_conn
                     .map(|(c, s)| format!("{c:.0} B client / {s:.0} B server"))
                     .unwrap_or_else(|| "not measured".into())

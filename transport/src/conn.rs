@@ -1968,17 +1968,16 @@ impl Connection {
     ) -> Option<(usize, u16)> {
         // A tail-loss probe goes first and past the windows and the pacer: the flight it asks
         // about is what fills them, and a probe held back until the RTO is no probe at all.
-        while let Some((c, p)) = self.tlp.take() {
-            if !self.chunk_needed(&c) {
-                break;
-            }
-            match self.build_packet(now, c, p, true, Some(p as usize), buf, mem) {
-                Ok(Some(x)) => return Some(x),
-                Ok(None) => {
-                    self.tlp = Some((c, p)); // its NIC port is busy: next time
-                    return None;
+        if let Some((c, p)) = self.tlp.take() {
+            if self.chunk_needed(&c) {
+                match self.build_packet(now, c, p, true, Some(p as usize), buf, mem) {
+                    Ok(Some(x)) => return Some(x),
+                    // Its NIC port is full: next time (the endpoint polls again when it
+                    // drains); other paths' ports may still take data meanwhile.
+                    Ok(None) if self.port_blocked => self.tlp = Some((c, p)),
+                    // The SACK span is full (the RTO covers that flight) or the WR failed.
+                    Ok(None) | Err(()) => {}
                 }
-                Err(()) => break,
             }
         }
         let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
@@ -2157,7 +2156,11 @@ impl Connection {
             // A probe of this path: only the SACK span and the NIC port's room bound it.
             Some(pi) => {
                 let p = &self.paths[pi];
-                if !p.in_span() || p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+                if !p.in_span() {
+                    return Ok(None);
+                }
+                if p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+                    self.port_blocked = true;
                     return Ok(None);
                 }
                 pi
