@@ -1845,6 +1845,24 @@ impl Connection {
         }
     }
 
+    /// Where a tail-loss probe for silent path `silent` goes: the least-loaded other Good
+    /// path with room in the SACK span and a ready NIC port (a black-holed route is then
+    /// still probed around), else the silent path itself.
+    fn tlp_path(&self, silent: usize) -> usize {
+        self.paths
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| {
+                *i != silent
+                    && p.state == PathState::Good
+                    && p.in_span()
+                    && p.plane < 64
+                    && self.tx_ready >> p.plane & 1 == 1
+            })
+            .min_by(|a, b| a.1.load().total_cmp(&b.1.load()))
+            .map_or(silent, |(i, _)| i)
+    }
+
     /// Pick the path for the next packet: the least-loaded usable path with room, avoiding
     /// `avoid` (the path that just lost this chunk) when another will do.
     fn pick_path(&mut self, bytes: u32, avoid: u8) -> Option<usize> {
@@ -1970,7 +1988,8 @@ impl Connection {
         // about is what fills them, and a probe held back until the RTO is no probe at all.
         if let Some((c, p)) = self.tlp.take() {
             if self.chunk_needed(&c) {
-                match self.build_packet(now, c, p, true, Some(p as usize), buf, mem) {
+                let via = self.tlp_path(p as usize);
+                match self.build_packet(now, c, p, true, Some(via), buf, mem) {
                     Ok(Some(x)) => return Some(x),
                     // Its NIC port is full: next time (the endpoint polls again when it
                     // drains); other paths' ports may still take data meanwhile.
