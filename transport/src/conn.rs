@@ -2059,7 +2059,9 @@ impl Connection {
     }
 
     /// Build the packet of one chunk into `buf`. Ok(None): no path has room. Err: the WR
-    /// failed (local memory), already completed with an error.
+    /// failed (local memory), already completed with an error. `forced`: this path, past its
+    /// window (a tail-loss probe).
+    #[allow(clippy::too_many_arguments)]
     fn build_packet(
         &mut self,
         now: u64,
