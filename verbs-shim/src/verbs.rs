@@ -284,6 +284,9 @@ pub unsafe extern "C" fn ibv_query_device(
 
 /// Copy `src` into the caller's `len` bytes at `dst`: never more than the caller has, zeros
 /// for what the caller has beyond our struct.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes and must not overlap `src`.
 unsafe fn copy_sized<T>(src: &T, dst: *mut c_void, len: usize) {
     let n = len.min(size_of::<T>());
     // SAFETY: the caller promises `len` writable bytes at dst; we write at most that.
