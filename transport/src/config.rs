@@ -81,6 +81,10 @@ pub struct ConnConfig {
     /// How long a receiver holds its answer to a hint request, so that requests arriving
     /// together are counted together (ns).
     pub hint_hold_ns: u64,
+    /// A cold connection sends one data packet (the pilot) along with its hint request, at a
+    /// pseudo-random point of this span after it (ns): data flows in the first RTT, and N
+    /// senders starting together put at most N packets, spread, into the receiver's queue.
+    pub pilot_spread_ns: u64,
     /// DCTCP gain g for the per-path marked-fraction average.
     pub dctcp_g: f64,
     /// Floor of the multiplicative decrease factor.
@@ -107,7 +111,8 @@ impl Default for ConnConfig {
             probe_interval_ns: 1_000_000,
             stream_window: 1024,
             cold_after_ns: 1_000_000,
-            hint_hold_ns: 4_000,
+            hint_hold_ns: 6_000,
+            pilot_spread_ns: 12_000,
             dctcp_g: 1.0 / 16.0,
             md_floor: 0.5,
         }

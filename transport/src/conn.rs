@@ -218,6 +218,11 @@ pub struct Connection {
     /// Outstanding cold-start hint request, and how many were sent without an answer.
     hint_req_at: Option<u64>,
     hint_tries: u32,
+    /// Cold start: when the pilot may go (None: sent, or none this cold period), its path,
+    /// and when it went.
+    pilot_at: Option<u64>,
+    pilot_path: u8,
+    pilot_sent_at: Option<u64>,
     pub counters: ConnCounters,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<Event>,
@@ -244,6 +249,8 @@ const WIRE_OVERHEAD: usize = 14 + 20 + 8 + 4 + 20;
 const PACE_BURST: u64 = 1;
 /// Smallest window the hint allows, in packets.
 const HINT_WINDOW_MIN: f64 = 4.0;
+/// Store-and-forward hops a pilot's queueing estimate allows for (a 3-tier Clos).
+const PILOT_HOPS: u64 = 6;
 /// Unanswered cold-start hint requests before data goes out without a hint.
 const HINT_TRIES: u32 = 3;
 
@@ -371,6 +378,9 @@ impl Connection {
             last_ack_at: 0,
             hint_req_at: None,
             hint_tries: 0,
+            pilot_at: None,
+            pilot_path: 0,
+            pilot_sent_at: None,
             counters: ConnCounters::default(),
             completions: VecDeque::new(),
             events: VecDeque::new(),
@@ -1088,18 +1098,53 @@ impl Connection {
         self.hint_tries = 0;
         if a.rate_hint_mbps != 0 {
             self.apply_hint(a.rate_hint_mbps);
-            if was_cold {
-                // Senders released by the same fair-share decision would all send their first
-                // packet at once: start at a deterministic pseudo-random point of one gap.
-                let gap =
-                    ((self.mtu as usize + 118) as f64 * 8000.0 / a.rate_hint_mbps as f64) as u64;
-                self.pace_next = now + splitmix64(self.seed ^ now) % gap.max(1);
+            if was_cold && self.pilot_sent_at.is_none() {
+                // No pilot went (the pacing after one is set below): data starts at the
+                // pilot's (random) time if that is still ahead; otherwise senders released by
+                // the same fair-share decision would all send at once, so start at a
+                // deterministic pseudo-random point of one gap.
+                self.pace_next = match self.pilot_at {
+                    Some(t) if t > now => t,
+                    _ => now + splitmix64(self.seed ^ now) % self.hint_gap().max(1),
+                };
                 self.pace_armed = self.pace_next > now;
             }
         }
+        self.pilot_at = None;
         let now32 = now as u32;
         let rtt = now32.wrapping_sub(a.ts_echo).wrapping_sub(a.ack_delay_ns);
         let rtt_sample = (a.ts_echo != 0 && rtt < 1 << 31).then_some(rtt.max(1) as u64);
+        if let Some(t) = self.pilot_sent_at {
+            if self.peer_hint_mbps != 0 {
+                // The pilot's own round trip says how long it queued: the next packet goes one
+                // fair-share gap after the pilot *arrived*, so senders whose pilots left
+                // together (and queued one behind another) keep the spacing the bottleneck gave
+                // them instead of arriving together again one gap later. Until the pilot's ACK
+                // is in, wait (at most two base RTTs past the gap: it may be lost), unless the
+                // gap is shorter than an RTT.
+                let gap = self.hint_gap();
+                let echo = a.ts_echo == (t as u32).max(1);
+                self.pace_next = match (rtt_sample, self.pilot_wait_until()) {
+                    (Some(r), _) if echo => {
+                        self.pilot_sent_at = None;
+                        // The base RTT was measured with the small request, which the pilot
+                        // exceeds by one MTU's serialisation on every store-and-forward hop:
+                        // take that off for up to PILOT_HOPS hops, erring early (an early
+                        // packet queues briefly; a late one leaves the bottleneck idle).
+                        let ser =
+                            (self.mtu as u64 + 118) * 8000 / self.line_rate_mbps.max(1) as u64;
+                        t + r.saturating_sub(self.base_rtt() + PILOT_HOPS * ser) + gap
+                    }
+                    (_, Some(w)) => w,
+                    // Its ACK could not be back before the next packet is due anyway (more
+                    // than one packet per RTT: few senders, so little queue to learn about).
+                    // It keeps the pilot's (random) phase: released together, senders would
+                    // otherwise all start together.
+                    _ => t + gap * (now.saturating_sub(t) / gap.max(1) + 1),
+                };
+                self.pace_armed = self.pace_next > now;
+            }
+        }
         let out = self.paths[p].on_ack(now, a.cum_psn, &a.sack, a.ecn_ce, rtt_sample, &self.cfg);
         if out.progress {
             self.no_progress_rtos = 0;
@@ -1463,6 +1508,7 @@ impl Connection {
         if let Some(at) = self.hint_req_at {
             if self.state == ConnState::Open {
                 min(Some(at + self.cfg.initial_rto_ns));
+                min(self.pilot_at.map(|p| p.max(at)));
             }
         }
         for r in &self.rx_paths {
@@ -1470,9 +1516,39 @@ impl Connection {
         }
         for p in &self.paths {
             min(p.home_probe_at);
-            min(p.tlp_deadline(base, self.cfg.ack_delay_ns));
+        }
+        for i in 0..self.paths.len() {
+            min(self.tlp_deadline(i, base));
         }
         t
+    }
+
+    /// A path's tail-loss probe deadline. While the pilot is unanswered, not before the time
+    /// its ACK is waited for: the pilot may sit behind every other sender's pilot in the
+    /// receiver's queue (about one fair-share gap), and a probe then is a spurious resend.
+    fn tlp_deadline(&self, i: usize, base: u64) -> Option<u64> {
+        let at =
+            self.paths[i].tlp_deadline(base, self.cfg.ack_delay_ns, self.cfg.initial_rtt_ns)?;
+        Some(match self.pilot_wait_until() {
+            Some(w) => at.max(w),
+            None => at,
+        })
+    }
+
+    /// While the pilot's ACK is out: until when the next packet waits for it.
+    fn pilot_wait_until(&self) -> Option<u64> {
+        let t = self.pilot_sent_at?;
+        if self.peer_hint_mbps == 0 {
+            return None;
+        }
+        let gap = self.hint_gap();
+        let base = self.base_rtt();
+        (gap >= base).then_some(t + gap + 2 * base)
+    }
+
+    /// One MTU-sized packet's spacing at the hinted rate (ns).
+    fn hint_gap(&self) -> u64 {
+        ((self.mtu as usize + 118) as f64 * 8000.0 / self.peer_hint_mbps.max(1) as f64) as u64
     }
 
     pub(crate) fn handle_timeout(&mut self, now: u64) {
@@ -1488,10 +1564,7 @@ impl Connection {
         }
         let base = self.base_rtt();
         for i in 0..self.paths.len() {
-            if self.paths[i]
-                .tlp_deadline(base, self.cfg.ack_delay_ns)
-                .is_some_and(|t| t <= now)
-            {
+            if self.tlp_deadline(i, base).is_some_and(|t| t <= now) {
                 if let Some(ch) = self.paths[i].take_tlp() {
                     self.tlp = Some((ch, i as u8));
                 }
@@ -1806,7 +1879,9 @@ impl Connection {
     fn emit_ack(&mut self, now: u64, p: u8, buf: &mut [u8]) -> Option<(usize, u16)> {
         let hint = self.hint_for_peer_mbps;
         let rx = &mut self.rx_paths[p as usize];
-        if !rx.ack_now {
+        // An answer to a hint request is being held: this ACK goes out with it (a cold
+        // sender's pilot must not fetch a hint that does not yet count its fellow senders).
+        if !rx.ack_now || rx.hint_ack_at.is_some() {
             return None;
         }
         rx.ack_now = false;
@@ -1987,6 +2062,10 @@ impl Connection {
         // A tail-loss probe goes first and past the windows and the pacer: the flight it asks
         // about is what fills them, and a probe held back until the RTO is no probe at all.
         if let Some((c, p)) = self.tlp.take() {
+            if self.pilot_sent_at.is_some() {
+                // The pilot sent again: its copy's ACK tells the queueing now.
+                self.pilot_sent_at = Some(now);
+            }
             if self.chunk_needed(&c) {
                 let via = self.tlp_path(p as usize);
                 match self.build_packet(now, c, p, true, Some(via), buf, mem) {
@@ -2011,19 +2090,53 @@ impl Connection {
         let waiting = self
             .hint_req_at
             .is_some_and(|t| now < t + self.cfg.initial_rto_ns);
-        if cold && inflight == 0 && self.has_unsent() && (waiting || self.hint_tries < HINT_TRIES) {
-            if !waiting {
-                self.hint_req_at = Some(now);
-                self.hint_tries += 1;
-                let p = self
-                    .paths
-                    .iter()
-                    .position(|p| p.state == PathState::Good)
-                    .unwrap_or(0) as u8;
-                self.ctrl_queue.push_back(Ctrl::HintRequest(p));
-                return self.emit_ctrl(now, buf);
+        if waiting {
+            // Only the pilot goes before the answer: one data packet, on the request's path
+            // (behind the request, so the receiver holds its ACK with the answer's).
+            if inflight > 0 || !self.pilot_at.is_some_and(|t| t <= now) {
+                return None;
+            }
+            self.pilot_at = None;
+            let path = (self.pilot_path as usize).min(self.paths.len() - 1);
+            while let Some((chunk, _, retx)) = self.next_chunk() {
+                match self.build_packet(now, chunk, u8::MAX, retx, Some(path), buf, mem) {
+                    Ok(Some(x)) => {
+                        self.pilot_sent_at = Some(now);
+                        return Some(x);
+                    }
+                    Ok(None) => {
+                        self.retx.push_front((chunk, u8::MAX));
+                        self.pilot_at = Some(now); // its NIC port is busy: next time
+                        return None;
+                    }
+                    Err(()) => continue,
+                }
             }
             return None;
+        }
+        // A request goes out when the connection is cold and has data, or again while the
+        // pilot is all that went out (the request or its answer was lost).
+        if cold
+            && self.has_unsent()
+            && self.hint_tries < HINT_TRIES
+            && (inflight == 0 || self.hint_tries > 0)
+        {
+            let p = self
+                .paths
+                .iter()
+                .position(|p| p.state == PathState::Good)
+                .unwrap_or(0) as u8;
+            if self.hint_tries == 0 {
+                self.pilot_path = p;
+                self.pilot_sent_at = None;
+                self.pilot_at = Some(
+                    now + splitmix64(self.seed ^ now ^ 0x9170) % self.cfg.pilot_spread_ns.max(1),
+                );
+            }
+            self.hint_req_at = Some(now);
+            self.hint_tries += 1;
+            self.ctrl_queue.push_back(Ctrl::HintRequest(p));
+            return self.emit_ctrl(now, buf);
         }
         // Paced at the receiver's hint: the rate is what the receiver allots, whatever the
         // RTT (a window of one packet per RTT would favour near senders).
@@ -2033,27 +2146,36 @@ impl Connection {
         // Nothing goes out unless some path has room for a full packet.
         self.pick_path(self.mtu, u8::MAX)?;
         loop {
-            let (chunk, avoid, retx) = if let Some((c, a)) = self.retx.pop_front() {
-                if !self.chunk_needed(&c) {
-                    continue;
-                }
-                (c, a, true)
-            } else if let Some(c) = self.resp_queue.pop_front() {
-                if !self.chunk_needed(&c) {
-                    continue;
-                }
-                (c, u8::MAX, false)
-            } else {
-                (self.next_new_chunk()?, u8::MAX, false)
-            };
+            let (chunk, avoid, retx) = self.next_chunk()?;
             match self.build_packet(now, chunk, avoid, retx, None, buf, mem) {
-                Ok(Some(x)) => return Some(x),
+                Ok(Some(x)) => {
+                    self.pilot_sent_at = None;
+                    return Some(x);
+                }
                 Ok(None) => {
                     // No path has room after all: put the chunk back at the front.
                     self.retx.push_front((chunk, avoid));
                     return None;
                 }
                 Err(()) => continue, // the chunk's WR failed locally; try the next one
+            }
+        }
+    }
+
+    /// The next chunk to send: resends first, then responses, then new request chunks;
+    /// returns (chunk, path to avoid, is a resend).
+    fn next_chunk(&mut self) -> Option<(ChunkRef, u8, bool)> {
+        loop {
+            if let Some((c, a)) = self.retx.pop_front() {
+                if self.chunk_needed(&c) {
+                    return Some((c, a, true));
+                }
+            } else if let Some(c) = self.resp_queue.pop_front() {
+                if self.chunk_needed(&c) {
+                    return Some((c, u8::MAX, false));
+                }
+            } else {
+                return self.next_new_chunk().map(|c| (c, u8::MAX, false));
             }
         }
     }

@@ -482,13 +482,17 @@ impl TxPath {
     /// `MAX_TLPS` probes, and only before the RTO. A probe costs one packet; the RTO resends
     /// the whole flight and is set for the worst RTT, so on hosts with jittery scheduling a
     /// lost probe (or a lost ACK of it) must not leave recovery to the RTO.
-    pub(crate) fn tlp_deadline(&self, base_rtt: u64, ack_delay: u64) -> Option<u64> {
+    pub(crate) fn tlp_deadline(&self, base_rtt: u64, ack_delay: u64, floor: u64) -> Option<u64> {
         if self.tlps_sent >= MAX_TLPS {
             return None;
         }
         let newest = self.sent.iter().rev().find(|s| s.fate == Fate::InFlight)?;
         let srtt = self.srtt_ns.map(|s| s as u64).unwrap_or(base_rtt);
-        let at = newest.sent_at.max(self.last_ack_at) + ((2 * srtt + ack_delay) << self.tlps_sent);
+        // A short path (same rack) has a tiny srtt but queues at the same last hop as the
+        // long ones: two srtts are not less than `floor` (the fabric RTT assumed for a path
+        // before it has samples), or a few packets of incast queue make probes spurious.
+        let wait = (2 * srtt).max(floor) + ack_delay;
+        let at = newest.sent_at.max(self.last_ack_at) + (wait << self.tlps_sent);
         self.rto_deadline().filter(|rto| at < *rto).map(|_| at)
     }
 
