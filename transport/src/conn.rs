@@ -251,6 +251,9 @@ const PACE_BURST: u64 = 1;
 const HINT_WINDOW_MIN: f64 = 4.0;
 /// Store-and-forward hops a pilot's queueing estimate allows for (a 3-tier Clos).
 const PILOT_HOPS: u64 = 6;
+/// The first home probe of a path that left its plane goes `probe_interval` / 2^this after
+/// it left; each further one waits twice as long, up to `probe_interval`.
+const HOME_PROBE_STEPS: u8 = 5;
 /// Unanswered cold-start hint requests before data goes out without a hint.
 const HINT_TRIES: u32 = 3;
 
@@ -1508,7 +1511,11 @@ impl Connection {
         if let Some(at) = self.hint_req_at {
             if self.state == ConnState::Open {
                 min(Some(at + self.cfg.initial_rto_ns));
-                min(self.pilot_at.map(|p| p.max(at)));
+                // A pilot held only by a full NIC port needs no timer: the endpoint keeps
+                // the connection in its ready queue until the port drains.
+                if !self.port_blocked {
+                    min(self.pilot_at.map(|p| p.max(at)));
+                }
             }
         }
         for r in &self.rx_paths {
@@ -1641,15 +1648,22 @@ impl Connection {
             self.hint_req_at = None; // give up on the hint: data goes out without it
         }
         for i in 0..self.paths.len() {
-            let interval = self.cfg.probe_interval_ns;
             let p = &mut self.paths[i];
+            // Away from home, probe the home plane soon, then less and less often: a plane
+            // back after a short outage is taken up again within tens of microseconds, and a
+            // long outage costs one probe per path per `probe_interval`.
+            let interval = (self.cfg.probe_interval_ns
+                >> HOME_PROBE_STEPS.saturating_sub(p.home_probes))
+            .max(1);
             if p.plane == p.home_plane {
                 p.home_probe_at = None;
+                p.home_probes = 0;
             } else if p.home_probe_at.is_none() {
                 p.home_probe_at = Some(now + interval);
             } else if p.home_probe_at.is_some_and(|t| t <= now) {
                 p.home_probe_at = Some(now + interval);
                 if p.state == PathState::Good {
+                    p.home_probes = p.home_probes.saturating_add(1);
                     self.ctrl_queue.push_back(Ctrl::HomeProbe(i as u8));
                 }
             }
@@ -2093,7 +2107,7 @@ impl Connection {
         if waiting {
             // Only the pilot goes before the answer: one data packet, on the request's path
             // (behind the request, so the receiver holds its ACK with the answer's).
-            if inflight > 0 || !self.pilot_at.is_some_and(|t| t <= now) {
+            if inflight > 0 || self.pilot_at.is_none_or(|t| t > now) {
                 return None;
             }
             self.pilot_at = None;

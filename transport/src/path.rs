@@ -56,6 +56,8 @@ pub struct TxPath {
     pub home_plane: u8,
     pub(crate) home_probe_at: Option<u64>,
     pub(crate) home_probe_seq: Option<u32>,
+    /// Home probes sent since the path left its home plane (they back off).
+    pub(crate) home_probes: u8,
     pub generation: u32,
     pub next_psn: u32,
     /// PSN of `sent[0]`.
@@ -123,6 +125,7 @@ impl TxPath {
             home_plane: 0,
             home_probe_at: None,
             home_probe_seq: None,
+            home_probes: 0,
             generation: 0,
             next_psn: 0,
             base_psn: 0,
