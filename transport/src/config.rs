@@ -94,7 +94,7 @@ pub struct ConnConfig {
 impl Default for ConnConfig {
     fn default() -> Self {
         ConnConfig {
-            paths: 8,
+            paths: 16,
             mtu: 4096,
             initial_rtt_ns: 20_000,
             min_rto_ns: 100_000,
