@@ -185,23 +185,10 @@ fn quick_benchmarks_have_the_right_shape_and_meet_issue_3() {
     }
     all.extend(checks::multipath(&mr));
 
-    // --- issue 3 thresholds -------------------------------------------------------------------
-    // Thresholds the transport does not meet yet (issue 3 stays open for them; the figures are
-    // printed below on every run). Every other threshold must hold.
-    const NOT_MET_YET: &[&str] = &[
-        "incast 64:1, hints on: settle time",
-        "permutation 128 x 16 MiB, default spraying: worst flow",
-    ];
-    let known = |what: &str| NOT_MET_YET.iter().any(|k| what.starts_with(k));
-    for c in all.iter().filter(|c| known(&c.what)) {
-        eprintln!(
-            "NOT MET YET (issue 3 open): {} - needs {}, measured {}",
-            c.what, c.threshold, c.measured
-        );
-    }
+    // --- issue 3 thresholds: every one must hold ---------------------------------------------
     let failed: Vec<String> = all
         .iter()
-        .filter(|c| c.pass != Some(true) && !known(&c.what))
+        .filter(|c| c.pass != Some(true))
         .map(|c| {
             format!(
                 "{}: {} - needs {}, measured {}",

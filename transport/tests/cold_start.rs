@@ -1,0 +1,294 @@
+//! Cold start between two native endpoints on a scripted wire (no simulator): the hint request
+//! and its pilot, the receiver holding the pilot's ACK with the answer, and the pacing that
+//! follows from the pilot's arrival (spec/transport.md §5.8, §6.2, §6.3).
+
+use ferroce_transport::mem::{access, Regions};
+use ferroce_transport::wire::{flags, Body, Opcode, Packet};
+use ferroce_transport::*;
+use std::net::Ipv4Addr;
+
+const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const MSG: u32 = 64 * 1024;
+
+struct Pair {
+    a: Endpoint,
+    b: Endpoint,
+    ma: Regions,
+    mb: Regions,
+    conn: ConnId,
+    buf: Vec<u8>,
+}
+
+/// One datagram: (sender is A, UDP source port, bytes).
+type Dgram = (bool, u16, Vec<u8>);
+
+impl Pair {
+    /// A connected to B with one stream, an idle ACK exchange long past (cold again).
+    fn new(cfg: impl Fn(&mut EndpointConfig)) -> (Pair, u64) {
+        let mut ca = EndpointConfig {
+            seed: 11,
+            ..EndpointConfig::default()
+        };
+        cfg(&mut ca);
+        let mut cb = ca.clone();
+        cb.seed = 12;
+        let mut p = Pair {
+            a: Endpoint::new(ca),
+            b: Endpoint::new(cb),
+            ma: Regions::new(),
+            mb: Regions::new(),
+            conn: ConnId(0),
+            buf: vec![0u8; 9000],
+        };
+        p.conn = p.a.connect(B);
+        let mut now = 1_000;
+        for _ in 0..8 {
+            for d in p.drain(now) {
+                p.deliver(now, d);
+            }
+            now += 1_000;
+        }
+        assert!(p.a.connection(p.conn).unwrap().state == ConnState::Open);
+        let peer = p.b.connections().next().unwrap().id;
+        p.a.create_stream(p.conn, 1, 1, 1).unwrap();
+        p.b.create_stream(peer, 1, 1, 1).unwrap();
+        (p, now)
+    }
+
+    /// Everything both endpoints send at `now`.
+    fn drain(&mut self, now: u64) -> Vec<Dgram> {
+        let mut out = Vec::new();
+        while let Some(t) = self.a.poll_transmit(now, &mut self.buf, &mut self.ma) {
+            out.push((true, t.src_port, self.buf[..t.len].to_vec()));
+        }
+        while let Some(t) = self.b.poll_transmit(now, &mut self.buf, &mut self.mb) {
+            out.push((false, t.src_port, self.buf[..t.len].to_vec()));
+        }
+        out
+    }
+
+    fn deliver(&mut self, now: u64, (from_a, port, bytes): Dgram) {
+        if from_a {
+            self.b
+                .handle_datagram(now, A, port, false, &bytes, &mut self.mb);
+        } else {
+            self.a
+                .handle_datagram(now, B, port, false, &bytes, &mut self.ma);
+        }
+    }
+
+    /// Posts one WRITE of `MSG` bytes from A into B.
+    fn write(&mut self) {
+        let lkey = self
+            .ma
+            .register(1, 0x1000, MSG as usize, access::LOCAL_WRITE);
+        let rkey = self
+            .mb
+            .register(1, 0x9000, MSG as usize, access::REMOTE_WRITE);
+        self.a
+            .post_send(
+                self.conn,
+                1,
+                SendWr {
+                    wr_id: 7,
+                    op: SendOp::Write {
+                        rkey,
+                        raddr: 0x9000,
+                        imm: None,
+                    },
+                    sgl: [Sge {
+                        lkey,
+                        addr: 0x1000,
+                        len: MSG,
+                    }]
+                    .into_iter()
+                    .collect(),
+                    signaled: true,
+                    solicited: false,
+                    fence: false,
+                },
+            )
+            .unwrap();
+    }
+
+    /// Runs the sans-IO loop alone on A (nothing delivered) from `from` to `to` in 100 ns
+    /// steps, firing its timers; returns what A sent, with the time it was sent.
+    fn a_alone(&mut self, from: u64, to: u64) -> Vec<(u64, Dgram)> {
+        let mut out = Vec::new();
+        let mut now = from;
+        while now < to {
+            if self.a.poll_timeout().is_some_and(|t| t <= now) {
+                self.a.handle_timeout(now);
+            }
+            while let Some(t) = self.a.poll_transmit(now, &mut self.buf, &mut self.ma) {
+                out.push((now, (true, t.src_port, self.buf[..t.len].to_vec())));
+            }
+            now += 100;
+        }
+        out
+    }
+}
+
+fn opcode(d: &Dgram) -> (Opcode, u8) {
+    let p = Packet::parse(&d.2).expect("valid packet");
+    (p.opcode(), p.flags)
+}
+
+#[test]
+fn a_cold_sender_sends_its_request_and_one_pilot_then_waits() {
+    let (mut p, t0) = Pair::new(|_| {});
+    p.write();
+    let hold = ConnConfig::default().hint_hold_ns;
+    let spread = ConnConfig::default().pilot_spread_ns;
+    // 60 µs with no answer: the request at once, the pilot within the spread, then no new
+    // data (the WRITE has 16 packets and the window would allow them all); only, after
+    // max(2 srtt, initial_rtt) + ack_delay of silence, a tail-loss probe: the pilot again.
+    let sent = p.a_alone(t0, t0 + 60_000);
+    let ops: Vec<(Opcode, u8)> = sent.iter().map(|(_, d)| opcode(d)).collect();
+    assert_eq!(ops.len(), 3, "request, pilot and its probe, got {ops:?}");
+    assert_ne!(
+        ops[2].1 & flags::RETX,
+        0,
+        "only the pilot's probe follows: {ops:?}"
+    );
+    let cfg = ConnConfig::default();
+    assert!(sent[2].0 >= sent[1].0 + cfg.initial_rtt_ns + cfg.ack_delay_ns);
+    assert_eq!(ops[0].0, Opcode::Probe);
+    assert_ne!(
+        ops[0].1 & flags::BACKLOG,
+        0,
+        "a hint request carries BACKLOG"
+    );
+    assert_eq!(sent[0].0, t0);
+    assert_eq!(ops[1].0, Opcode::Write);
+    assert_ne!(ops[1].1 & flags::ACK_REQ, 0, "the pilot asks for its ACK");
+    let pilot_at = sent[1].0;
+    assert!(pilot_at < t0 + spread, "pilot at +{} ns", pilot_at - t0);
+
+    // The receiver gets both: it holds the pilot's ACK with the answer, hint_hold after the
+    // request arrived, one ACK carrying the hint and acknowledging the pilot.
+    let arrive = t0 + 61_000;
+    for (_, d) in sent.into_iter().take(2) {
+        p.b.handle_datagram(arrive, A, d.1, false, &d.2, &mut p.mb);
+    }
+    let mut acks = Vec::new();
+    let mut now = arrive;
+    while now <= arrive + hold {
+        if p.b.poll_timeout().is_some_and(|t| t <= now) {
+            p.b.handle_timeout(now);
+        }
+        while let Some(t) = p.b.poll_transmit(now, &mut p.buf, &mut p.mb) {
+            acks.push((now, p.buf[..t.len].to_vec()));
+        }
+        now += 100;
+    }
+    assert_eq!(acks.len(), 1, "one ACK, with the answer");
+    assert_eq!(acks[0].0, arrive + hold, "held hint_hold");
+    let ack = Packet::parse(&acks[0].1).unwrap();
+    let Body::Ack(a) = ack.body else {
+        panic!("not an ACK: {ack:?}")
+    };
+    assert_ne!(a.rate_hint_mbps, 0, "the answer carries the hint");
+    assert_eq!(a.cum_psn, 1, "the pilot is acknowledged with it");
+}
+
+#[test]
+fn after_the_answer_the_next_packet_keeps_one_gap_from_the_pilots_arrival() {
+    // A receiver shared by others: the hint gives this sender 1 Gbit/s, a gap of ~33.7 µs
+    // per 4 KiB packet, far longer than the RTT here.
+    let (mut p, t0) = Pair::new(|_| {});
+    p.write();
+    let sent = p.a_alone(t0, t0 + 20_000);
+    assert_eq!(sent.len(), 2);
+    let pilot_at = sent[1].0;
+    // The request is answered promptly; the pilot queued 15 µs behind other senders' pilots.
+    let one_way = 2_000;
+    let queued = 15_000;
+    let (req, pilot) = (&sent[0].1, &sent[1].1);
+    p.b.handle_datagram(t0 + one_way, A, req.1, false, &req.2, &mut p.mb);
+    let hold = ConnConfig::default().hint_hold_ns;
+    let mut now = t0 + one_way;
+    let mut answer = None;
+    while answer.is_none() {
+        if p.b.poll_timeout().is_some_and(|t| t <= now) {
+            p.b.handle_timeout(now);
+        }
+        if let Some(t) = p.b.poll_transmit(now, &mut p.buf, &mut p.mb) {
+            answer = Some((t.src_port, p.buf[..t.len].to_vec()));
+        }
+        now += 100;
+        assert!(now < t0 + one_way + 2 * hold, "no answer");
+    }
+    let (port, bytes) = answer.unwrap();
+    // Let the receiver's hint be 1 Gbit/s in the answer, as if 9 others were active.
+    let mut ack = bytes.clone();
+    {
+        let pk = Packet::parse(&ack).unwrap();
+        let Body::Ack(mut a) = pk.body else { panic!() };
+        a.rate_hint_mbps = 1_000;
+        let out = Packet {
+            body: Body::Ack(a),
+            ..pk
+        };
+        let n = out.buffer_len();
+        ack = vec![0u8; n];
+        out.emit(&mut ack).unwrap();
+    }
+    let answer_at = now + one_way;
+    p.a.handle_datagram(answer_at, B, port, false, &ack, &mut p.ma);
+    // The pilot's own ACK comes later: it queued.
+    let pilot_arrival = pilot_at + one_way + queued;
+    p.b.handle_datagram(pilot_arrival, A, pilot.1, false, &pilot.2, &mut p.mb);
+    let mut pilot_ack = None;
+    let mut now = pilot_arrival;
+    while pilot_ack.is_none() {
+        if p.b.poll_timeout().is_some_and(|t| t <= now) {
+            p.b.handle_timeout(now);
+        }
+        if let Some(t) = p.b.poll_transmit(now, &mut p.buf, &mut p.mb) {
+            pilot_ack = Some((now, t.src_port, p.buf[..t.len].to_vec()));
+        }
+        now += 100;
+        assert!(now < pilot_arrival + 20_000, "pilot not acknowledged");
+    }
+    let (acked_at, port, bytes) = pilot_ack.unwrap();
+    let mut ack = bytes.clone();
+    {
+        let pk = Packet::parse(&ack).unwrap();
+        let Body::Ack(mut a) = pk.body else { panic!() };
+        assert_eq!(a.cum_psn, 1);
+        a.rate_hint_mbps = 1_000;
+        let out = Packet {
+            body: Body::Ack(a),
+            ..pk
+        };
+        ack = vec![0u8; out.buffer_len()];
+        out.emit(&mut ack).unwrap();
+    }
+    // Between the answer and the pilot's ACK A sends nothing: it waits for the pilot's ACK.
+    let quiet = p.a_alone(answer_at, acked_at + one_way);
+    assert!(
+        quiet.is_empty(),
+        "sent before the pilot's ACK: {}",
+        quiet.len()
+    );
+    p.a.handle_datagram(acked_at + one_way, B, port, false, &ack, &mut p.ma);
+    let next = p.a_alone(acked_at + one_way, acked_at + one_way + 100_000);
+    let first_data = next
+        .iter()
+        .find(|(_, d)| opcode(d).0 == Opcode::Write)
+        .expect("data after the pilot's ACK")
+        .0;
+    // One gap after the pilot arrived (as the sender can tell it: its send time plus its
+    // queueing, less up to 6 hops of one packet's serialisation at 100 Gbit/s, 2 µs, and the
+    // 100 ns steps of this loop).
+    let gap = (4096 + 118) * 8000 / 1_000;
+    let want = pilot_at + queued + gap;
+    assert!(
+        first_data <= want && first_data + 2_500 >= want,
+        "next packet at pilot + {} ns, want about pilot + {} ns",
+        first_data - pilot_at,
+        want - pilot_at
+    );
+}
