@@ -1135,7 +1135,7 @@ impl Connection {
                         // take that off for up to PILOT_HOPS hops, erring early (an early
                         // packet queues briefly; a late one leaves the bottleneck idle).
                         let ser =
-                            (self.mtu as u64 + 118) * 8000 / self.line_rate_mbps.max(1) as u64;
+                            self.full_packet_wire() * 8000 / self.line_rate_mbps.max(1) as u64;
                         t + r.saturating_sub(self.base_rtt() + PILOT_HOPS * ser) + gap
                     }
                     (_, Some(w)) => w,
@@ -1555,7 +1555,16 @@ impl Connection {
 
     /// One MTU-sized packet's spacing at the hinted rate (ns).
     fn hint_gap(&self) -> u64 {
-        ((self.mtu as usize + 118) as f64 * 8000.0 / self.peer_hint_mbps.max(1) as f64) as u64
+        (self.full_packet_wire() as f64 * 8000.0 / self.peer_hint_mbps.max(1) as f64) as u64
+    }
+
+    /// Wire bytes of a full-sized WRITE packet: payload, native headers and trailer, framing.
+    fn full_packet_wire(&self) -> u64 {
+        (self.mtu as usize
+            + wire::BASE_LEN
+            + wire::Opcode::Write.header_len()
+            + wire::TRAILER_LEN
+            + WIRE_OVERHEAD) as u64
     }
 
     pub(crate) fn handle_timeout(&mut self, now: u64) {
