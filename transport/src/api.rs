@@ -70,6 +70,29 @@ impl SendWr {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The remote bytes `[lo, hi)` the request names (WRITE and READ: their length; atomics:
+    /// 8; SEND and zero-length requests: none), by address alone, since two regions may map
+    /// the same memory under different keys. Requesters compare them to keep overlapping
+    /// requests in order (spec/transport.md §7.2).
+    pub fn remote_range(&self) -> Option<(u64, u64)> {
+        let (addr, n) = match self.op {
+            SendOp::Write { raddr, .. } | SendOp::Read { raddr, .. } => (raddr, self.len()),
+            SendOp::FetchAdd { raddr, .. } | SendOp::CmpSwap { raddr, .. } => (raddr, 8),
+            SendOp::Send { .. } => return None,
+        };
+        (n > 0).then(|| (addr, addr.saturating_add(n)))
+    }
+
+    /// Whether this request changes memory an earlier, not yet completed READ with remote
+    /// range `read` reads: then it must not start before that READ completes, since a READ's
+    /// data may be read again for a resend (spec/transport.md §5.5).
+    pub fn overwrites_read(&self, read: (u64, u64)) -> bool {
+        !matches!(self.op, SendOp::Read { .. } | SendOp::Send { .. })
+            && self
+                .remote_range()
+                .is_some_and(|(lo, hi)| lo < read.1 && read.0 < hi)
+    }
 }
 
 /// A receive-queue work request (verbs `ibv_recv_wr`).
@@ -97,6 +120,9 @@ pub enum Status {
     RnrRetryExceeded,
     /// Flushed because the stream or connection entered the error state.
     Flushed,
+    /// The responder's answer did not fit the request (a READ response chunk of the wrong
+    /// offset, length or size): verbs `IBV_WC_BAD_RESP_ERR`.
+    BadResponse,
 }
 
 /// Which operation completed.

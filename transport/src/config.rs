@@ -75,6 +75,9 @@ pub struct ConnConfig {
     pub probe_interval_ns: u64,
     /// Messages a stream accepts ahead of its oldest incomplete one.
     pub stream_window: u32,
+    /// Payload bytes a responder holds for ORDERED packets waiting for earlier messages of
+    /// their stream, per connection; beyond it such packets are dropped and resent.
+    pub order_hold_bytes: u64,
     /// Silence after which a connection starts cold again (ns): it asks the receiver for its
     /// fair-share hint before sending data.
     pub cold_after_ns: u64,
@@ -110,6 +113,7 @@ impl Default for ConnConfig {
             fail_after_rtos: 3,
             probe_interval_ns: 1_000_000,
             stream_window: 1024,
+            order_hold_bytes: 4 << 20,
             cold_after_ns: 1_000_000,
             hint_hold_ns: 6_000,
             pilot_spread_ns: 12_000,

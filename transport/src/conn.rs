@@ -38,6 +38,12 @@ struct ReqWr {
     resp_got: Bits,
     status: Option<Status>,
     rnr_count: u8,
+    /// Its target overlaps an earlier request not completed when it was posted: its packets
+    /// carry ORDERED (spec/transport.md §7.2).
+    ordered: bool,
+    /// It modifies memory an earlier READ not completed when it was posted reads: it starts
+    /// only after every earlier READ has completed, as if fenced (§5.5 rule 2).
+    read_fence: bool,
 }
 
 impl ReqWr {
@@ -47,7 +53,7 @@ impl ReqWr {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RxKind {
     Send { imm: Option<u32> },
     Write,
@@ -63,6 +69,14 @@ struct RxMsg {
     length: u32,
     chunks: u32,
     got: Bits,
+    /// What every packet of the message must repeat: WRITE's rkey and base address
+    /// (`raddr - offset`), SEND's and WRITE_IMM's RSN.
+    rkey: u32,
+    base: u64,
+    rsn: u32,
+    /// ORDERED chunks received before the message was the stream's oldest incomplete one:
+    /// (address, payload), placed when it becomes the oldest (spec/transport.md §7.2).
+    held: Vec<(u64, Vec<u8>)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -140,6 +154,8 @@ impl Stream {
 enum Verdict {
     Accept,
     Refuse(NackReason, u8),
+    /// Not recorded and not answered: the requester resends it (hold buffer full).
+    Drop,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -223,6 +239,8 @@ pub struct Connection {
     pilot_at: Option<u64>,
     pilot_path: u8,
     pilot_sent_at: Option<u64>,
+    /// Payload bytes of ORDERED packets held for their turn (§7.2), all streams.
+    held_bytes: u64,
     pub counters: ConnCounters,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<Event>,
@@ -375,6 +393,7 @@ impl Connection {
             timer_at: None,
             in_rx_active: false,
             no_progress_rtos: 0,
+            held_bytes: 0,
             rack_time: 0,
             pace_next: 0,
             pace_armed: false,
@@ -534,10 +553,17 @@ impl Connection {
     /// Remove a stream, flushing whatever it still holds.
     pub(crate) fn destroy_stream(&mut self, local: u32) -> Result<(), PostError> {
         self.flush_stream(local);
-        self.streams
+        let s = self
+            .streams
             .remove(&local)
-            .map(|_| ())
-            .ok_or(PostError::UnknownStream)
+            .ok_or(PostError::UnknownStream)?;
+        let held: usize = s
+            .rx_msgs
+            .values()
+            .flat_map(|m| m.held.iter().map(|(_, d)| d.len()))
+            .sum();
+        self.held_bytes -= held as u64;
+        Ok(())
     }
 
     pub(crate) fn post_send(&mut self, local: u32, wr: SendWr) -> Result<(), PostError> {
@@ -579,6 +605,26 @@ impl Connection {
                 (1, 1, 0)
             }
         };
+        // Overlap with earlier requests not completed yet (§7.2): a WRITE over the target of
+        // an earlier WRITE or atomic is ORDERED; a WRITE or atomic over an earlier READ's
+        // source waits for that READ (its response is read from memory when sent).
+        let (mut ordered, mut read_fence) = (false, false);
+        if let Some((lo, hi)) = wr.remote_range() {
+            let is_write = matches!(wr.op, SendOp::Write { .. });
+            // Every WR still queued counts, acknowledged or not: an acknowledged chunk may be
+            // held at the responder until the WRs before it complete. A READ whose response
+            // is all in is no longer read for this requester.
+            for x in s.wrs.iter() {
+                let Some(xr) = x.wr.remote_range() else {
+                    continue;
+                };
+                if matches!(x.wr.op, SendOp::Read { .. }) {
+                    read_fence |= !x.done() && wr.overwrites_read(xr);
+                } else {
+                    ordered |= is_write && xr.0 < hi && lo < xr.1;
+                }
+            }
+        }
         let msn = s.next_msn;
         s.next_msn = msn.wrapping_add(1);
         s.wrs.push_back(ReqWr {
@@ -591,6 +637,8 @@ impl Connection {
             resp_got: Bits::new(resp_chunks),
             status: None,
             rnr_count: 0,
+            ordered,
+            read_fence,
         });
         if !s.in_active {
             s.in_active = true;
@@ -750,7 +798,7 @@ impl Connection {
                 rx.ack_now = true;
                 self.queue_ack(path);
             }
-            RxVerdict::New { in_order } => match self.process(now, d, mem) {
+            RxVerdict::New { in_order } => match self.process(now, fl, d, mem) {
                 Verdict::Accept => {
                     self.rx_bytes_window += d.payload.len() as u64;
                     self.last_rx_at = now;
@@ -771,6 +819,7 @@ impl Connection {
                     }
                 }
                 Verdict::Refuse(reason, delay) => self.queue_nack(path, d, reason, delay),
+                Verdict::Drop => {}
             },
         }
     }
@@ -803,9 +852,10 @@ impl Connection {
     }
 
     /// Semantics of one new reliable packet: place it, or refuse it (it is then not acked).
-    fn process(&mut self, now: u64, d: &DataRepr<'_>, mem: &mut dyn Memory) -> Verdict {
+    fn process(&mut self, now: u64, fl: u8, d: &DataRepr<'_>, mem: &mut dyn Memory) -> Verdict {
         let mtu = self.mtu;
         let window = self.cfg.stream_window;
+        let hold_limit = self.cfg.order_hold_bytes;
         let Some(s) = self.streams.get_mut(&d.msg.stream) else {
             return Verdict::Refuse(NackReason::InvalidRequest, 0);
         };
@@ -813,11 +863,19 @@ impl Connection {
         // Responses to our own requests.
         match d.op {
             DataOp::ReadResp => {
+                let mut bad = false;
                 if let Some(w) = s.wr_mut(m.msn) {
                     if w.status.is_none() && matches!(w.wr.op, SendOp::Read { .. }) {
+                        // A chunk is exactly its share of the READ (§5.1): anything else would
+                        // be counted as placed while leaving a hole.
                         let ci = m.offset / mtu;
-                        if m.offset.is_multiple_of(mtu) && m.length == w.len && !w.resp_got.get(ci)
-                        {
+                        let fits = m.offset.is_multiple_of(mtu)
+                            && m.length == w.len
+                            && ci < w.resp_chunks
+                            && d.payload.len() as u32 == w.len.saturating_sub(m.offset).min(mtu);
+                        if !fits {
+                            bad = true;
+                        } else if !w.resp_got.get(ci) {
                             if sgl_write(mem, &w.wr.sgl, m.offset as u64, d.payload).is_err() {
                                 s.fail_wr(m.msn, Status::LocalProtection);
                             } else {
@@ -825,6 +883,10 @@ impl Connection {
                             }
                         }
                     }
+                }
+                if bad {
+                    self.counters.rx_bad_responses += 1;
+                    s.fail_wr(m.msn, Status::BadResponse);
                 }
                 self.complete_requests(d.msg.stream);
                 return Verdict::Accept;
@@ -859,8 +921,76 @@ impl Connection {
             return Verdict::Refuse(NackReason::InvalidRequest, 0);
         }
         let ci = m.offset / mtu;
+        let (kind, rkey, base, rsn) = match d.op {
+            DataOp::Send { rsn } => (RxKind::Send { imm: None }, 0, 0, rsn),
+            DataOp::SendImm { rsn, imm } => (RxKind::Send { imm: Some(imm) }, 0, 0, rsn),
+            DataOp::Write { rkey, raddr } => {
+                (RxKind::Write, rkey, raddr.wrapping_sub(m.offset as u64), 0)
+            }
+            DataOp::WriteImm {
+                rkey,
+                raddr,
+                rsn,
+                imm,
+            } => (
+                RxKind::WriteImm { imm },
+                rkey,
+                raddr.wrapping_sub(m.offset as u64),
+                rsn,
+            ),
+            DataOp::ReadReq { rkey, raddr } => (RxKind::Read { rkey, raddr }, 0, 0, 0),
+            DataOp::FetchAdd { rkey, raddr, add } => (
+                RxKind::Atomic {
+                    rkey,
+                    raddr,
+                    op: AtomicOp::FetchAdd { add },
+                },
+                0,
+                0,
+                0,
+            ),
+            DataOp::CmpSwap {
+                rkey,
+                raddr,
+                compare,
+                swap,
+            } => (
+                RxKind::Atomic {
+                    rkey,
+                    raddr,
+                    op: AtomicOp::CmpSwap { compare, swap },
+                },
+                0,
+                0,
+                0,
+            ),
+            // Handled above; a response never reaches request processing.
+            DataOp::ReadResp | DataOp::AtomicResp { .. } => return Verdict::Accept,
+        };
+        let chunks = match kind {
+            RxKind::Read { .. } | RxKind::Atomic { .. } => 1,
+            _ => m.length.div_ceil(mtu).max(1),
+        };
+        // A data chunk carries exactly its share of the message (§5.1): a longer one would
+        // write into its neighbour's bytes, a shorter one would count as placed with a hole.
+        let data = matches!(
+            kind,
+            RxKind::Send { .. } | RxKind::Write | RxKind::WriteImm { .. }
+        );
+        if ci >= chunks
+            || (data && d.payload.len() as u32 != m.length.saturating_sub(m.offset).min(mtu))
+        {
+            return Verdict::Refuse(NackReason::InvalidRequest, 0);
+        }
         if let Some(msg) = s.rx_msgs.get(&m.msn) {
-            if msg.length != m.length {
+            // Every packet of a message names the same message: operation, length, key,
+            // base address, receive.
+            if msg.length != m.length
+                || msg.kind != kind
+                || msg.rkey != rkey
+                || msg.base != base
+                || msg.rsn != rsn
+            {
                 return Verdict::Refuse(NackReason::InvalidRequest, 0);
             }
             if msg.got.get(ci) {
@@ -874,8 +1004,11 @@ impl Connection {
             let i = rsn.wrapping_sub(base) as usize;
             (i < s.posted.len()).then_some(i)
         };
-        let kind = match d.op {
-            DataOp::Send { rsn } | DataOp::SendImm { rsn, .. } => {
+        // An ORDERED chunk of a message that is not the stream's oldest incomplete one waits
+        // (§7.2): its payload is held until then.
+        let mut held = None;
+        match kind {
+            RxKind::Send { .. } => {
                 let Some(i) = recv_index(s, rsn) else {
                     self.counters.rnr_waits += 1;
                     return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
@@ -887,92 +1020,81 @@ impl Connection {
                 if sgl_write(mem, &recv.sgl, m.offset as u64, d.payload).is_err() {
                     return Verdict::Refuse(NackReason::InvalidRequest, 0);
                 }
-                let imm = match d.op {
-                    DataOp::SendImm { imm, .. } => Some(imm),
-                    _ => None,
-                };
-                RxKind::Send { imm }
             }
-            DataOp::Write { rkey, raddr } | DataOp::WriteImm { rkey, raddr, .. } => {
-                let kind = if let DataOp::WriteImm { rsn, imm, .. } = d.op {
-                    if recv_index(s, rsn).is_none() {
-                        self.counters.rnr_waits += 1;
-                        return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
-                    }
-                    RxKind::WriteImm { imm }
-                } else {
-                    RxKind::Write
-                };
-                // Check the whole message, not only this packet's bytes: a WRITE that runs
-                // past its region is refused at whichever packet arrives first, so no part
-                // of it is ever placed.
-                let start = raddr.checked_sub(m.offset as u64);
-                let whole_ok = start.is_some_and(|st| {
-                    mem.check_remote(pd, rkey, st, m.length as u64, access::REMOTE_WRITE)
-                        .is_ok()
-                });
-                if !whole_ok || mem.write_remote(pd, rkey, raddr, d.payload).is_err() {
-                    self.counters.remote_access_refused += 1;
-                    return Verdict::Refuse(NackReason::RemoteAccess, 0);
+            RxKind::Write | RxKind::WriteImm { .. } => {
+                if matches!(kind, RxKind::WriteImm { .. }) && recv_index(s, rsn).is_none() {
+                    self.counters.rnr_waits += 1;
+                    return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
                 }
-                kind
+                // A zero-length WRITE touches no memory, so no key is checked (IBTA).
+                if m.length > 0 {
+                    let raddr = base.wrapping_add(m.offset as u64);
+                    // Check the whole message, not only this packet's bytes: a WRITE that
+                    // runs past its region is refused at whichever packet arrives first, so
+                    // no part of it is ever placed.
+                    let whole_ok = raddr.checked_sub(m.offset as u64).is_some_and(|st| {
+                        mem.check_remote(pd, rkey, st, m.length as u64, access::REMOTE_WRITE)
+                            .is_ok()
+                    }) && mem
+                        .check_remote(
+                            pd,
+                            rkey,
+                            raddr,
+                            d.payload.len() as u64,
+                            access::REMOTE_WRITE,
+                        )
+                        .is_ok();
+                    if !whole_ok {
+                        self.counters.remote_access_refused += 1;
+                        return Verdict::Refuse(NackReason::RemoteAccess, 0);
+                    }
+                    if fl & flags::ORDERED != 0 && rel > 0 {
+                        let n = d.payload.len() as u64;
+                        if self.held_bytes + n > hold_limit {
+                            self.counters.rx_ordered_dropped += 1;
+                            return Verdict::Drop;
+                        }
+                        self.held_bytes += n;
+                        self.counters.rx_ordered_held += 1;
+                        held = Some((raddr, d.payload.to_vec()));
+                    } else if mem.write_remote(pd, rkey, raddr, d.payload).is_err() {
+                        self.counters.remote_access_refused += 1;
+                        return Verdict::Refuse(NackReason::RemoteAccess, 0);
+                    }
+                }
             }
-            DataOp::ReadReq { rkey, raddr } => {
-                if mem
-                    .check_remote(pd, rkey, raddr, m.length as u64, access::REMOTE_READ)
-                    .is_err()
+            RxKind::Read { rkey, raddr } => {
+                // A zero-length READ reads nothing: no key is checked (IBTA).
+                if m.length > 0
+                    && mem
+                        .check_remote(pd, rkey, raddr, m.length as u64, access::REMOTE_READ)
+                        .is_err()
                 {
                     self.counters.remote_access_refused += 1;
                     return Verdict::Refuse(NackReason::RemoteAccess, 0);
                 }
-                RxKind::Read { rkey, raddr }
             }
-            DataOp::FetchAdd { rkey, raddr, add } => {
-                match Self::check_atomic(mem, pd, rkey, raddr) {
-                    Err(v) => {
-                        self.counters.remote_access_refused += 1;
-                        return v;
-                    }
-                    Ok(()) => RxKind::Atomic {
-                        rkey,
-                        raddr,
-                        op: AtomicOp::FetchAdd { add },
-                    },
-                }
-            }
-            DataOp::CmpSwap {
-                rkey,
-                raddr,
-                compare,
-                swap,
-            } => match Self::check_atomic(mem, pd, rkey, raddr) {
-                Err(v) => {
+            RxKind::Atomic { rkey, raddr, .. } => {
+                if let Err(v) = Self::check_atomic(mem, pd, rkey, raddr) {
                     self.counters.remote_access_refused += 1;
                     return v;
                 }
-                Ok(()) => RxKind::Atomic {
-                    rkey,
-                    raddr,
-                    op: AtomicOp::CmpSwap { compare, swap },
-                },
-            },
-            // Handled above; a response never reaches request processing.
-            DataOp::ReadResp | DataOp::AtomicResp { .. } => return Verdict::Accept,
-        };
-        let chunks = match kind {
-            RxKind::Read { .. } | RxKind::Atomic { .. } => 1,
-            _ => m.length.div_ceil(mtu).max(1),
-        };
-        if ci >= chunks {
-            return Verdict::Refuse(NackReason::InvalidRequest, 0);
+            }
         }
         let msg = s.rx_msgs.entry(m.msn).or_insert_with(|| RxMsg {
             kind,
             length: m.length,
             chunks,
             got: Bits::new(chunks),
+            rkey,
+            base,
+            rsn,
+            held: Vec::new(),
         });
         msg.got.set(ci);
+        if let Some(h) = held {
+            msg.held.push(h);
+        }
         if msg.got.count() == msg.chunks {
             let st = d.msg.stream;
             self.deliver_requests(now, st, mem);
@@ -998,9 +1120,31 @@ impl Connection {
         };
         loop {
             let base = s.rx_base_msn;
-            let Some(msg) = s.rx_msgs.get(&base) else {
+            let Some(msg) = s.rx_msgs.get_mut(&base) else {
                 break;
             };
+            // The oldest incomplete message: its held ORDERED chunks may be placed now.
+            if !msg.held.is_empty() {
+                let mut failed = false;
+                for (addr, data) in std::mem::take(&mut msg.held) {
+                    self.held_bytes -= data.len() as u64;
+                    failed |= mem.write_remote(s.pd, msg.rkey, addr, &data).is_err();
+                }
+                if failed {
+                    // Checked on arrival; the region went away since (as for atomics).
+                    self.counters.remote_access_refused += 1;
+                    self.nack_queue.push_back((
+                        NO_PATH,
+                        NackRepr {
+                            psn: 0,
+                            stream: s.remote,
+                            msn: base,
+                            reason: NackReason::RemoteAccess,
+                            rnr_delay: 0,
+                        },
+                    ));
+                }
+            }
             if msg.got.count() != msg.chunks {
                 break;
             }
@@ -2023,15 +2167,20 @@ impl Connection {
         if d as u32 >= window {
             return true;
         }
-        let fenced = s.wrs.get(d).is_some_and(|w| w.wr.fence);
-        fenced
-            && s.wrs.iter().take(d).any(|x| {
-                !x.done()
-                    && matches!(
-                        x.wr.op,
-                        SendOp::Read { .. } | SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. }
-                    )
-            })
+        let Some(w) = s.wrs.get(d) else {
+            return false;
+        };
+        if !w.wr.fence && !w.read_fence {
+            return false;
+        }
+        s.wrs.iter().take(d).any(|x| {
+            !x.done()
+                && match x.wr.op {
+                    SendOp::Read { .. } => true,
+                    SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => w.wr.fence,
+                    _ => false,
+                }
+        })
     }
 
     fn next_new_chunk(&mut self) -> Option<ChunkRef> {
@@ -2224,7 +2373,7 @@ impl Connection {
             Local(SgList, u64),
             Remote(u32, u32, u64),
         }
-        let (stream_id, msg, op, plen, src, solicited) = match chunk {
+        let (stream_id, msg, op, plen, src, solicited, ordered) = match chunk {
             ChunkRef::Req {
                 stream,
                 msn,
@@ -2288,7 +2437,7 @@ impl Connection {
                 } else {
                     Src::None
                 };
-                (stream, msg, op, plen, src, w.wr.solicited)
+                (stream, msg, op, plen, src, w.wr.solicited, w.ordered)
             }
             ChunkRef::Resp {
                 stream,
@@ -2299,6 +2448,8 @@ impl Connection {
                 let r = s.responses.get(&msn).ok_or(())?;
                 let off = ci * mtu;
                 let (op, plen, src) = match r.kind {
+                    // A zero-length READ reads nothing (and was never checked against a key).
+                    RespKind::Read { .. } if r.length == 0 => (DataOp::ReadResp, 0, Src::None),
                     RespKind::Read { rkey, raddr } => {
                         let plen = r.length.saturating_sub(off).min(mtu);
                         (
@@ -2315,7 +2466,7 @@ impl Connection {
                     offset: if plen > 0 { off } else { 0 },
                     length: r.length,
                 };
-                (stream, msg, op, plen, src, false)
+                (stream, msg, op, plen, src, false, false)
             }
         };
         let pi = match forced {
@@ -2346,6 +2497,9 @@ impl Connection {
         }
         if solicited && last {
             fl |= flags::SOLICITED;
+        }
+        if ordered {
+            fl |= flags::ORDERED;
         }
         if self.has_unsent() {
             fl |= flags::BACKLOG;

@@ -47,6 +47,14 @@ pub struct ConnCounters {
     pub nacks_received: [u64; 5],
     pub remote_access_refused: u64,
     pub rnr_waits: u64,
+    /// ORDERED packets held until every earlier message of their stream was complete, and
+    /// those dropped (not acknowledged: the requester resends) because the hold buffer was
+    /// full (spec/transport.md §7.2).
+    pub rx_ordered_held: u64,
+    pub rx_ordered_dropped: u64,
+    /// READ / atomic responses refused as malformed for their work request (it fails with
+    /// a bad-response error).
+    pub rx_bad_responses: u64,
     pub messages_completed_tx: u64,
     pub messages_completed_rx: u64,
     pub path_failures: u64,

@@ -372,6 +372,7 @@ fn wc_status(s: Status) -> u32 {
         Status::RetryExceeded => sys::IBV_WC_RETRY_EXC_ERR,
         Status::RnrRetryExceeded => sys::IBV_WC_RNR_RETRY_EXC_ERR,
         Status::Flushed => sys::IBV_WC_WR_FLUSH_ERR,
+        Status::BadResponse => sys::IBV_WC_BAD_RESP_ERR,
     }
 }
 

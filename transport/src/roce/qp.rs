@@ -42,6 +42,9 @@ struct Wqe {
     sent_once: bool,
     /// READ response packets received in order (1 for an answered atomic).
     resp_pkts: u32,
+    /// It modifies memory an earlier READ still outstanding at posting reads: it starts only
+    /// once no earlier READ is outstanding.
+    read_fence: bool,
 }
 
 impl Wqe {
@@ -355,6 +358,14 @@ impl Qp {
         let n = if atomic { 1 } else { npkts(len, self.mtu) };
         let first_psn = self.req.next_alloc;
         self.req.next_alloc = psn::add(first_psn, n);
+        // A WRITE or atomic over the source of an earlier READ still outstanding waits for
+        // it, as if fenced: a responder re-executes a READ it receives again after a loss
+        // (IBTA), which would then read this request's data.
+        let read_fence = self
+            .req
+            .sq
+            .iter()
+            .any(|x| x.is_read() && x.wr.remote_range().is_some_and(|r| wr.overwrites_read(r)));
         self.req.sq.push_back(Wqe {
             wr,
             len,
@@ -362,6 +373,7 @@ impl Qp {
             first_psn,
             sent_once: false,
             resp_pkts: 0,
+            read_fence,
         });
         Ok(())
     }
@@ -1455,6 +1467,9 @@ impl Qp {
                 return None;
             }
             if k == 0 && w.wr.fence && r.sq.iter().take(r.cur).any(|x| x.is_rd_atomic()) {
+                return None;
+            }
+            if k == 0 && w.read_fence && r.sq.iter().take(r.cur).any(|x| x.is_read()) {
                 return None;
             }
             if k == 0 && rd_atomic && r.rd_atomic_inflight >= cfg.max_rd_atomic.max(1) {

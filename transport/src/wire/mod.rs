@@ -45,8 +45,12 @@ pub mod flags {
     /// The sending connection has more data queued than its window lets out (demand signal
     /// for the receiver's fair-share allocation).
     pub const BACKLOG: u8 = 0x10;
+    /// WRITE / WRITE_IMM: the message's target overlaps an earlier request of its stream the
+    /// requester has not completed, so the responder places it only once every earlier
+    /// message of the stream is complete (spec/transport.md §7.2).
+    pub const ORDERED: u8 = 0x20;
     /// Mask of the flags defined by this version; others must be sent as 0 and ignored.
-    pub const DEFINED: u8 = 0x1f;
+    pub const DEFINED: u8 = 0x3f;
 }
 
 /// Opcode numbers (byte 1 of the base header).
