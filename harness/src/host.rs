@@ -758,7 +758,13 @@ impl NodeHost {
                 };
                 if let Some(r) = self.mem.region(key) {
                     let off = (addr - r.addr) as usize;
-                    if let Some(j) = check_pattern(&r.data[off..off + size as usize], s, i) {
+                    let bytes = &r.data[off..off + size as usize];
+                    let bad = if op == OpKind::WriteImm {
+                        sv.spec.check_write_slot(bytes, s, i)
+                    } else {
+                        check_pattern(bytes, s, i)
+                    };
+                    if let Some(j) = bad {
                         self.errors
                             .push(format!("stream {s} message {i} ({op:?}): byte {j} wrong"));
                     }

@@ -165,6 +165,29 @@ pub fn check_pattern(buf: &[u8], s: u32, i: u32) -> Option<usize> {
         .map(|(j, _)| j)
 }
 
+impl WorkloadSpec {
+    /// Checks the write slot of WRITE `i` of stream `s` as seen when `i` completed: every
+    /// byte holds `i`'s data or that of a later WRITE of the stream to the same slot (a
+    /// reused slot: later WRITEs may already be placed, earlier ones never after `i`);
+    /// returns the first wrong byte.
+    pub fn check_write_slot(&self, buf: &[u8], s: u32, i: u32) -> Option<usize> {
+        let slots = self.write_slots();
+        let later: Vec<(u32, u32)> = (i + 1..self.messages)
+            .filter(|j| j % slots == i % slots)
+            .filter_map(|j| match self.op_at(s, j) {
+                (OpKind::Write | OpKind::WriteImm, size) => Some((j, size)),
+                _ => None,
+            })
+            .collect();
+        buf.iter().enumerate().position(|(b, &v)| {
+            v != pattern(s, i, b as u32)
+                && !later
+                    .iter()
+                    .any(|&(j, size)| (b as u32) < size && v == pattern(s, j, b as u32))
+        })
+    }
+}
+
 /// Content of the server's READ source region at address offset `a`.
 #[inline]
 pub fn read_source_byte(a: u64) -> u8 {

@@ -48,6 +48,21 @@ fn run_case(
     leaf_spine: bool,
     everywhere: bool,
 ) -> RunReport {
+    run_case_slots(f, seed, paths, streams, leaf_spine, everywhere, 0)
+}
+
+/// `write_slots` > 0: the server's WRITE targets are reused round robin over that many slots
+/// per stream, so WRITEs in flight together overlap (the end-of-run check holds each slot to
+/// its last WRITE, the WRITE_IMM completion check to that WRITE or a later one of the slot).
+fn run_case_slots(
+    f: FaultConfig,
+    seed: u64,
+    paths: u8,
+    streams: u32,
+    leaf_spine: bool,
+    everywhere: bool,
+    write_slots: u32,
+) -> RunReport {
     let hops = if leaf_spine { 4 } else { 1 };
     let f = if everywhere { per_link(f, hops) } else { f };
     let mut run = TwoHostRun {
@@ -70,6 +85,7 @@ fn run_case(
             depth: 6,
             recv_depth: 4,
             seed,
+            max_write_slots: write_slots,
             ..WorkloadSpec::default()
         },
         limit_ns: 20_000_000_000,
@@ -99,6 +115,33 @@ proptest! {
         everywhere in any::<bool>(),
     ) {
         let r = run_case(f, seed, paths, streams, leaf_spine, everywhere);
+        prop_assert!(r.errors.is_empty(), "faults {:?}: {:?}", f, &r.errors[..r.errors.len().min(8)]);
+        prop_assert!(r.completed);
+    }
+}
+
+proptest! {
+    // Until this property existed no simulated run reused a WRITE target while WRITEs were in
+    // flight: every WRITE had a slot of its own and was checked on its own, so a resent older
+    // WRITE landing on a newer one (the stale-data bug of issue 11) could not show.
+    #![proptest_config(ProptestConfig {
+        cases: 96,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(
+            std::env::var("PROPTEST_RNG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x0e7),
+        ),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn overlapping_writes_leave_the_last_one(
+        f in faults(),
+        seed in any::<u64>(),
+        paths in 1u8..=8,
+        streams in 1u32..=3,
+        slots in 1u32..=3,
+        leaf_spine in any::<bool>(),
+    ) {
+        let r = run_case_slots(f, seed, paths, streams, leaf_spine, false, slots);
         prop_assert!(r.errors.is_empty(), "faults {:?}: {:?}", f, &r.errors[..r.errors.len().min(8)]);
         prop_assert!(r.completed);
     }
