@@ -193,7 +193,7 @@ def probe_body(v, seq, ts, declare=True):
 
 A = 0x7C3A91E5  # connection id chosen by endpoint A
 B = 0x1D05B2C8  # connection id chosen by endpoint B
-ACK_REQ, LAST, RETX, SOL, BACKLOG = 1, 2, 4, 8, 16
+ACK_REQ, LAST, RETX, SOL, BACKLOG, ORDERED = 1, 2, 4, 8, 16, 32
 OUT = []
 
 
@@ -248,6 +248,19 @@ v.seg(u32(0x00ABCDEF) + u64(0x7F0000001010), "WRITE: rkey 0x00abcdef, raddr 0x7f
 v.f("rkey", "0x00abcdef")
 v.f("raddr", "0x7f0000001010")
 payload(v, bytes([0xA5] * 16))
+v.seal()
+
+v = new("write_ordered", """
+WRITE with ORDERED: the first packet (offset 0, 24 bytes) of a 24-byte message whose target
+overlaps an earlier request still outstanding; the responder holds it until every earlier
+message of stream 3 is complete (transport.md 7.2).
+""")
+base(v, "WRITE", ORDERED | LAST, 7, B)
+seqmsg(v, 1001, 996, 0xFFFFFFF1, 3, 79, 0, 24)
+v.seg(u32(0x00ABCDEF) + u64(0x7F0000001000), "WRITE: rkey 0x00abcdef, raddr 0x7f0000001000")
+v.f("rkey", "0x00abcdef")
+v.f("raddr", "0x7f0000001000")
+payload(v, bytes([0x5A] * 24))
 v.seal()
 
 v = new("write_imm", """
@@ -466,8 +479,9 @@ probe_body(v, 17, 0x12345678)
 v.seal()
 
 v = new("flags_undefined", """
-Undefined flag bits (0xe0) are carried, not rejected: receivers ignore them, parse keeps the
-byte as is, emit writes it back unchanged.
+Flag bits undefined for the opcode (0xc0 everywhere; ORDERED 0x20 outside WRITE and
+WRITE_IMM) are carried, not rejected: receivers ignore them, parse keeps the byte as is, emit
+writes it back unchanged.
 """)
 base(v, "PROBE", 0xE0 | ACK_REQ, 9, B)
 probe_body(v, 0, 0)
