@@ -1,0 +1,71 @@
+//! The receiver's fair-share hint on the sender side and the cold-start pilot (spec/transport.md §5.8; congestion.md §2, §3).
+
+use super::*;
+
+impl Connection {
+    /// The receiver's fair-share rate: jump to it (scale path windows), never probe.
+    pub(super) fn apply_hint(&mut self, mbps: u32) {
+        self.peer_hint_mbps = mbps;
+        let target = self.hint_window();
+        let sum: f64 = self.paths.iter().map(|p| p.cwnd).sum();
+        if sum > 0.0 && target > sum {
+            let k = target / sum;
+            for p in &mut self.paths {
+                p.cwnd = (p.cwnd * k).min(p.max_cwnd);
+            }
+        }
+    }
+
+    pub(super) fn base_rtt(&self) -> u64 {
+        self.paths
+            .iter()
+            .map(|p| p.min_rtt_ns)
+            .min()
+            .filter(|r| *r != u64::MAX)
+            .unwrap_or(self.cfg.initial_rtt_ns)
+    }
+
+    /// Bytes the hint allows in flight: rate × (base RTT × 1.25 + the receiver's ACK delay),
+    /// since with N paths an ACK can be held up to `ack_delay` and the window must cover it.
+    pub(super) fn hint_window(&self) -> f64 {
+        // Pacing sets the rate; the window is only a safety bound, so it gets headroom: an RTT
+        // and a half plus the ACK delay, and never less than HINT_WINDOW_MIN packets (a fair
+        // share below a packet per RTT must not stall on a one-packet window).
+        // The RTT it covers is the larger of 1.5 × the base RTT and the smoothed RTT: in a
+        // fabric they are close, but where the hosts' own scheduling adds most of the RTT (busy
+        // cores, sleeping poll loops) a base-RTT window would cap the rate far below the hint.
+        let srtt = self
+            .paths
+            .iter()
+            .filter_map(|p| p.srtt_ns)
+            .fold(f64::INFINITY, f64::min);
+        let srtt = if srtt.is_finite() { srtt } else { 0.0 };
+        let rtt = (self.base_rtt() as f64 * 1.5).max(srtt) + self.cfg.ack_delay_ns as f64;
+        (self.peer_hint_mbps as f64 / 8000.0 * rtt).max(HINT_WINDOW_MIN * self.mtu as f64)
+    }
+
+    /// While the pilot's ACK is out: until when the next packet waits for it.
+    pub(super) fn pilot_wait_until(&self) -> Option<u64> {
+        let t = self.pilot_sent_at?;
+        if self.peer_hint_mbps == 0 {
+            return None;
+        }
+        let gap = self.hint_gap();
+        let base = self.base_rtt();
+        (gap >= base).then_some(t + gap + 2 * base)
+    }
+
+    /// One MTU-sized packet's spacing at the hinted rate (ns).
+    pub(super) fn hint_gap(&self) -> u64 {
+        (self.full_packet_wire() as f64 * 8000.0 / self.peer_hint_mbps.max(1) as f64) as u64
+    }
+
+    /// Wire bytes of a full-sized WRITE packet: payload, native headers and trailer, framing.
+    pub(super) fn full_packet_wire(&self) -> u64 {
+        (self.mtu as usize
+            + wire::BASE_LEN
+            + wire::Opcode::Write.header_len()
+            + wire::TRAILER_LEN
+            + WIRE_OVERHEAD) as u64
+    }
+}

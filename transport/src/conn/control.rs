@@ -1,0 +1,178 @@
+//! Connection control packets: the 1-RTT open (OPEN / OPEN_ACK), close (CLOSE / CLOSE_ACK), and the probes and hint requests queued as control packets (spec/transport.md §2, §4.4, §5.8).
+
+use super::*;
+
+impl Connection {
+    /// Apply the parameters both sides agreed on and build the paths.
+    pub(crate) fn establish(&mut self, peer: &OpenRepr) {
+        let n = self.cfg.paths.min(peer.paths).max(1);
+        self.mtu = (self.cfg.mtu.min(peer.mtu) as u32).max(64);
+        if peer.line_rate_mbps > 0 {
+            self.line_rate_mbps = self.line_rate_mbps.min(peer.line_rate_mbps);
+        }
+        let bytes_per_ns = self.line_rate_mbps as f64 / 8000.0;
+        let init_window =
+            (bytes_per_ns * self.cfg.initial_rtt_ns as f64).max(self.mtu as f64 * 2.0);
+        self.paths = (0..n)
+            .map(|i| {
+                TxPath::new(
+                    i,
+                    path_entropy(self.seed, i, 0),
+                    &self.cfg,
+                    (init_window / n as f64).max(self.mtu as f64),
+                    init_window,
+                )
+            })
+            .collect();
+        let planes = self.nic_ports;
+        for p in &mut self.paths {
+            p.planes = planes;
+            p.plane = p.index % planes;
+            p.home_plane = p.plane;
+        }
+        self.rx_paths = (0..n).map(|_| RxPath::default()).collect();
+        self.ack_queued = vec![false; n as usize];
+        self.peer_conn = peer.src_conn;
+        self.state = ConnState::Open;
+    }
+
+    pub(crate) fn open_repr(&self) -> OpenRepr {
+        OpenRepr {
+            src_conn: self.id.0,
+            paths: self.cfg.paths,
+            mtu: self.cfg.mtu,
+            line_rate_mbps: self.line_rate_mbps,
+        }
+    }
+
+    pub(crate) fn queue_open_ack(&mut self) {
+        self.ctrl_queue.push_back(Ctrl::OpenAck);
+    }
+
+    pub(super) fn fail_connection(&mut self) {
+        self.fail_all(Status::RetryExceeded);
+        self.state = ConnState::Failed;
+        for p in &mut self.paths {
+            p.abandon_all();
+            p.probe_at = None;
+        }
+        self.events.push_back(Event::Failed { conn: self.id });
+    }
+
+    /// Start a graceful close: CLOSE once nothing is outstanding.
+    pub(crate) fn close(&mut self) {
+        if self.state == ConnState::Open {
+            self.state = ConnState::Closing;
+        }
+    }
+
+    pub(super) fn emit_ctrl(&mut self, now: u64, buf: &mut [u8]) -> Option<(usize, u16)> {
+        let c = self.ctrl_queue.pop_front()?;
+        let port0 = path_entropy(self.seed, 0, 0);
+        let (body, path, port, dst) = match c {
+            Ctrl::Open | Ctrl::Close => {
+                self.ctrl_tries += 1;
+                if self.ctrl_tries > self.cfg.open_tries {
+                    self.fail_connection();
+                    return None;
+                }
+                self.ctrl_at = Some(now + (self.cfg.open_rto_ns << (self.ctrl_tries - 1).min(3)));
+                if matches!(c, Ctrl::Open) {
+                    (Body::Open(self.open_repr()), 0, port0, 0)
+                } else {
+                    (
+                        Body::Close(CloseRepr {
+                            src_conn: self.id.0,
+                            reason: 0,
+                        }),
+                        0,
+                        port0,
+                        self.peer_conn,
+                    )
+                }
+            }
+            Ctrl::OpenAck => (Body::OpenAck(self.open_repr()), 0, port0, self.peer_conn),
+            Ctrl::CloseAck => (
+                Body::CloseAck(CloseRepr {
+                    src_conn: self.id.0,
+                    reason: 0,
+                }),
+                0,
+                port0,
+                self.peer_conn,
+            ),
+            Ctrl::Probe(i) => {
+                let p = &mut self.paths[i as usize];
+                p.probe_seq = p.probe_seq.wrapping_add(1);
+                p.counters.probes_sent += 1;
+                (
+                    Body::Probe(ProbeRepr {
+                        probe_seq: p.probe_seq,
+                        ts: now as u32,
+                    }),
+                    i,
+                    p.entropy,
+                    self.peer_conn,
+                )
+            }
+            Ctrl::HomeProbe(i) => {
+                let p = &mut self.paths[i as usize];
+                p.probe_seq = p.probe_seq.wrapping_add(1);
+                p.home_probe_seq = Some(p.probe_seq);
+                p.counters.probes_sent += 1;
+                let (seq, port, home) = (p.probe_seq, p.entropy, p.home_plane);
+                let pkt = Packet {
+                    flags: 0,
+                    path: i,
+                    dst_conn: self.peer_conn,
+                    body: Body::Probe(ProbeRepr {
+                        probe_seq: seq,
+                        ts: now as u32,
+                    }),
+                };
+                self.last_tx_port = home;
+                return pkt.emit(buf).ok().map(|l| (l, port));
+            }
+            Ctrl::HintRequest(i) => {
+                let p = &mut self.paths[i as usize];
+                p.counters.probes_sent += 1;
+                (
+                    Body::Probe(ProbeRepr {
+                        probe_seq: p.probe_seq,
+                        ts: (now as u32).max(1),
+                    }),
+                    i,
+                    p.entropy,
+                    self.peer_conn,
+                )
+            }
+            Ctrl::ProbeAck(i, pr, reply_port, _) => (
+                Body::ProbeAck(ProbeRepr {
+                    probe_seq: pr.probe_seq,
+                    ts: pr.ts,
+                }),
+                i,
+                reply_port,
+                self.peer_conn,
+            ),
+        };
+        self.last_tx_port = match c {
+            // An answer goes back on the plane its probe came in on.
+            Ctrl::ProbeAck(_, _, _, arrived) if self.tx_ready >> arrived & 1 == 1 => arrived,
+            Ctrl::ProbeAck(..) => self.ctrl_port(path),
+            // Our own probes test our path's plane.
+            _ => self.own_port(path),
+        };
+        let pkt = Packet {
+            flags: if matches!(c, Ctrl::HintRequest(_)) {
+                flags::BACKLOG
+            } else {
+                0
+            },
+            path,
+            dst_conn: dst,
+            body,
+        };
+        pkt.emit(buf).ok().map(|l| (l, port))
+    }
+}

@@ -1,0 +1,650 @@
+//! A connection to one peer: many ordered streams above, N paths below (spec/transport.md).
+
+use crate::api::*;
+use crate::bits::Bits;
+use crate::config::ConnConfig;
+use crate::counters::ConnCounters;
+use crate::mem::{access, AtomicOp, MemError, Memory};
+use crate::path::{ChunkRef, PathState, RxPath, RxVerdict, TxPath};
+use crate::wire::{
+    self, flags, AckRepr, Body, CloseRepr, DataOp, DataRepr, MsgHeader, NackReason, NackRepr,
+    OpenRepr, Packet, ProbeRepr, SeqHeader,
+};
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+mod ack;
+mod cold_start;
+mod control;
+mod recovery;
+mod requester;
+mod responder;
+mod scheduler;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnState {
+    /// OPEN sent, waiting for OPEN_ACK.
+    Opening,
+    Open,
+    /// Close requested: waiting for outstanding work, then CLOSE until CLOSE_ACK.
+    Closing,
+    Closed,
+    Failed,
+}
+
+/// A requester work request in flight.
+#[derive(Debug)]
+struct ReqWr {
+    wr: SendWr,
+    rsn: u32,
+    len: u32,
+    /// Request chunks (packets) this WR sends.
+    chunks: u32,
+    acked: Bits,
+    /// Response chunks expected (READ, ATOMIC), and those placed.
+    resp_chunks: u32,
+    resp_got: Bits,
+    status: Option<Status>,
+    rnr_count: u8,
+    /// Its target overlaps an earlier request not completed when it was posted: its packets
+    /// carry ORDERED (spec/transport.md §7.2).
+    ordered: bool,
+    /// It modifies memory an earlier READ not completed when it was posted reads: it starts
+    /// only after every earlier READ has completed, as if fenced (§5.5 rule 2).
+    read_fence: bool,
+}
+
+impl ReqWr {
+    fn done(&self) -> bool {
+        self.status.is_some()
+            || (self.acked.count() == self.chunks && self.resp_got.count() == self.resp_chunks)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RxKind {
+    Send { imm: Option<u32> },
+    Write,
+    WriteImm { imm: u32 },
+    Read { rkey: u32, raddr: u64 },
+    Atomic { rkey: u32, raddr: u64, op: AtomicOp },
+}
+
+/// A message being received (responder side).
+#[derive(Debug)]
+struct RxMsg {
+    kind: RxKind,
+    length: u32,
+    chunks: u32,
+    got: Bits,
+    /// What every packet of the message must repeat: WRITE's rkey and base address
+    /// (`raddr - offset`), SEND's and WRITE_IMM's RSN.
+    rkey: u32,
+    base: u64,
+    rsn: u32,
+    /// ORDERED chunks received before the message was the stream's oldest incomplete one:
+    /// (address, payload), placed when it becomes the oldest (spec/transport.md §7.2).
+    held: Vec<(u64, Vec<u8>)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum RespKind {
+    Read { rkey: u32, raddr: u64 },
+    Atomic { orig: u64 },
+}
+
+/// An outgoing response (READ data, ATOMIC result), reliable like a request.
+#[derive(Debug)]
+struct Resp {
+    kind: RespKind,
+    length: u32,
+    chunks: u32,
+    acked: Bits,
+}
+
+#[derive(Debug)]
+struct Stream {
+    remote: u32,
+    pd: u32,
+    /// MSN of the first failed work request: the stream is in the error state from there on
+    /// (later WRs are flushed, earlier ones still complete on their own ACK or NACK).
+    err_msn: Option<u32>,
+    in_active: bool,
+    // requester
+    next_msn: u32,
+    next_rsn: u32,
+    base_msn: u32,
+    wrs: VecDeque<ReqWr>,
+    cursor_msn: u32,
+    cursor_chunk: u32,
+    // responder
+    rx_base_msn: u32,
+    rx_msgs: HashMap<u32, RxMsg>,
+    posted: VecDeque<RecvWr>,
+    /// Receives consumed so far: the RSN of `posted[0]`.
+    consumed_rsn: u32,
+    responses: HashMap<u32, Resp>,
+}
+
+impl Stream {
+    fn in_error(&self) -> bool {
+        self.err_msn.is_some()
+    }
+
+    /// Work request `msn` failed with `st`. A WR that already finished (or is gone) is not
+    /// touched: a stale NACK must not put a healthy stream into error.
+    fn fail_wr(&mut self, msn: u32, st: Status) {
+        match self.wr_mut(msn) {
+            Some(w) if !w.done() => w.status = Some(st),
+            _ => return,
+        }
+        let base = self.base_msn;
+        let rel = |m: u32| m.wrapping_sub(base);
+        self.err_msn = Some(match self.err_msn {
+            Some(e) if rel(e) <= rel(msn) => e,
+            _ => msn,
+        });
+    }
+
+    /// New chunks of `msn` may still be sent (it precedes any failure).
+    fn sendable(&self, msn: u32) -> bool {
+        let base = self.base_msn;
+        self.err_msn
+            .is_none_or(|e| msn.wrapping_sub(base) < e.wrapping_sub(base))
+    }
+
+    fn wr_mut(&mut self, msn: u32) -> Option<&mut ReqWr> {
+        let d = msn.wrapping_sub(self.base_msn) as usize;
+        self.wrs.get_mut(d)
+    }
+}
+
+enum Verdict {
+    Accept,
+    Refuse(NackReason, u8),
+    /// Not recorded and not answered: the requester resends it (hold buffer full).
+    Drop,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ctrl {
+    Open,
+    OpenAck,
+    Close,
+    CloseAck,
+    Probe(u8),
+    /// Cold start: a PROBE with the BACKLOG flag asks the receiver for its fair-share hint.
+    HintRequest(u8),
+    /// A path living away from its home plane checks whether the home plane works again.
+    HomeProbe(u8),
+    /// Answer to a probe on path .0, sent back with the probe's UDP source port .2 on the
+    /// plane it arrived on .3.
+    ProbeAck(u8, ProbeRepr, u16, u8),
+}
+
+/// One connection: the sans-IO state machine for a peer host.
+#[derive(Debug)]
+pub struct Connection {
+    pub id: ConnId,
+    pub peer: Ipv4Addr,
+    /// The peer's connection id (0 until known).
+    pub peer_conn: u32,
+    pub state: ConnState,
+    cfg: ConnConfig,
+    mtu: u32,
+    line_rate_mbps: u32,
+    seed: u64,
+    paths: Vec<TxPath>,
+    rx_paths: Vec<RxPath>,
+    streams: HashMap<u32, Stream>,
+    active: VecDeque<u32>,
+    resp_queue: VecDeque<ChunkRef>,
+    retx: VecDeque<(ChunkRef, u8)>,
+    /// A tail-loss probe due on path `.1`: sent past every window (the window is full of the
+    /// very packets whose fate it asks about) and with ACK_REQ.
+    tlp: Option<(ChunkRef, u8)>,
+    rnr_wait: Vec<(u64, ChunkRef)>,
+    ack_queue: VecDeque<u8>,
+    ack_queued: Vec<bool>,
+    nack_queue: VecDeque<(u8, NackRepr)>,
+    ctrl_queue: VecDeque<Ctrl>,
+    ctrl_at: Option<u64>,
+    ctrl_tries: u32,
+    rr: usize,
+    /// NIC ports (planes) of this host; ports with room for the packet being built; the port
+    /// the last packet was built for; a path had room but its plane had none.
+    nic_ports: u8,
+    tx_ready: u64,
+    last_tx_port: u8,
+    pub(crate) port_blocked: bool,
+    /// Fair-share rate the peer's receiver hinted to us (Mbit/s), sender side.
+    pub peer_hint_mbps: u32,
+    /// Fair-share rate we hint to the peer in our ACKs (set by the endpoint).
+    pub hint_for_peer_mbps: u32,
+    /// Bytes received and BACKLOG seen since the endpoint last looked (fair share input).
+    pub(crate) rx_bytes_window: u64,
+    /// Last time data arrived, and last time it carried the BACKLOG flag.
+    pub(crate) last_rx_at: u64,
+    pub(crate) backlog_at: u64,
+    /// Bookkeeping of the endpoint's ready queue, timer heap and fair-share list.
+    pub(crate) in_ready: bool,
+    pub(crate) timer_at: Option<u64>,
+    pub(crate) in_rx_active: bool,
+    no_progress_rtos: u32,
+    /// Send time of the most recently sent packet acknowledged on any path (RACK).
+    rack_time: u64,
+    /// Earliest time the next data packet may leave under the hint's pacing, and whether
+    /// that is still ahead (then `poll_timeout` reports it).
+    pace_next: u64,
+    pace_armed: bool,
+    /// When the last ACK arrived (0: never), for the cold-start rule.
+    last_ack_at: u64,
+    /// Outstanding cold-start hint request, and how many were sent without an answer.
+    hint_req_at: Option<u64>,
+    hint_tries: u32,
+    /// Cold start: when the pilot may go (None: sent, or none this cold period), its path,
+    /// and when it went.
+    pilot_at: Option<u64>,
+    pilot_path: u8,
+    pilot_sent_at: Option<u64>,
+    /// Payload bytes of ORDERED packets held for their turn (§7.2), all streams.
+    held_bytes: u64,
+    pub counters: ConnCounters,
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) events: VecDeque<Event>,
+}
+
+/// splitmix64: the entropy and id generator the spec names.
+pub(crate) fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// UDP source port of path `i` in generation `g` (spec/transport.md, "Paths").
+pub fn path_entropy(seed: u64, i: u8, g: u32) -> u16 {
+    49152 + (splitmix64(seed ^ ((i as u64) << 32) ^ g as u64) % 16384) as u16
+}
+
+/// Ethernet + IPv4 + UDP headers, FCS, preamble and inter-frame gap: what a packet costs on
+/// the wire beyond its UDP payload (pacing counts wire bytes, like the receiver's capacity).
+const WIRE_OVERHEAD: usize = 14 + 20 + 8 + 4 + 20;
+/// Packets a paced connection may send back to back after being idle: none, so a fair share
+/// is a steady stream from the first packet.
+const PACE_BURST: u64 = 1;
+/// Smallest window the hint allows, in packets.
+const HINT_WINDOW_MIN: f64 = 4.0;
+/// Store-and-forward hops a pilot's queueing estimate allows for (a 3-tier Clos).
+const PILOT_HOPS: u64 = 6;
+/// The first home probe of a path that left its plane goes `probe_interval` / 2^this after
+/// it left; each further one waits twice as long, up to `probe_interval`.
+const HOME_PROBE_STEPS: u8 = 5;
+/// Unanswered cold-start hint requests before data goes out without a hint.
+const HINT_TRIES: u32 = 3;
+
+/// Path index of a NACK that names a request rather than a packet (paths are 0..=254).
+pub const NO_PATH: u8 = 255;
+
+fn nack_index(r: NackReason) -> usize {
+    r as usize
+}
+
+/// Copy `buf.len()` bytes at message offset `off` out of an SG list.
+fn sgl_read(
+    mem: &mut dyn Memory,
+    sgl: &SgList,
+    mut off: u64,
+    buf: &mut [u8],
+) -> Result<(), MemError> {
+    let mut done = 0;
+    for s in sgl {
+        if done == buf.len() {
+            break;
+        }
+        if off >= s.len as u64 {
+            off -= s.len as u64;
+            continue;
+        }
+        let n = ((s.len as u64 - off) as usize).min(buf.len() - done);
+        mem.read_local(s.lkey, s.addr + off, &mut buf[done..done + n])?;
+        done += n;
+        off = 0;
+    }
+    if done == buf.len() {
+        Ok(())
+    } else {
+        Err(MemError::OutOfBounds)
+    }
+}
+
+/// Copy `data` to message offset `off` of an SG list.
+fn sgl_write(
+    mem: &mut dyn Memory,
+    sgl: &SgList,
+    mut off: u64,
+    data: &[u8],
+) -> Result<(), MemError> {
+    let mut done = 0;
+    for s in sgl {
+        if done == data.len() {
+            break;
+        }
+        if off >= s.len as u64 {
+            off -= s.len as u64;
+            continue;
+        }
+        let n = ((s.len as u64 - off) as usize).min(data.len() - done);
+        mem.write_local(s.lkey, s.addr + off, &data[done..done + n])?;
+        done += n;
+        off = 0;
+    }
+    if done == data.len() {
+        Ok(())
+    } else {
+        Err(MemError::OutOfBounds)
+    }
+}
+
+fn sgl_len(sgl: &SgList) -> u64 {
+    sgl.iter().map(|s| s.len as u64).sum()
+}
+
+impl Connection {
+    pub(crate) fn new(
+        id: ConnId,
+        peer: Ipv4Addr,
+        peer_conn: u32,
+        cfg: ConnConfig,
+        line_rate_mbps: u32,
+        seed: u64,
+    ) -> Self {
+        let state = if peer_conn == 0 {
+            ConnState::Opening
+        } else {
+            ConnState::Open
+        };
+        let mut c = Connection {
+            id,
+            peer,
+            peer_conn,
+            state,
+            mtu: cfg.mtu as u32,
+            cfg,
+            line_rate_mbps,
+            seed,
+            paths: Vec::new(),
+            rx_paths: Vec::new(),
+            streams: HashMap::new(),
+            active: VecDeque::new(),
+            resp_queue: VecDeque::new(),
+            retx: VecDeque::new(),
+            tlp: None,
+            rnr_wait: Vec::new(),
+            ack_queue: VecDeque::new(),
+            ack_queued: Vec::new(),
+            nack_queue: VecDeque::new(),
+            ctrl_queue: VecDeque::new(),
+            ctrl_at: None,
+            ctrl_tries: 0,
+            rr: 0,
+            nic_ports: 1,
+            tx_ready: 1,
+            last_tx_port: 0,
+            port_blocked: false,
+            peer_hint_mbps: 0,
+            hint_for_peer_mbps: 0,
+            rx_bytes_window: 0,
+            last_rx_at: 0,
+            backlog_at: 0,
+            in_ready: false,
+            timer_at: None,
+            in_rx_active: false,
+            no_progress_rtos: 0,
+            held_bytes: 0,
+            rack_time: 0,
+            pace_next: 0,
+            pace_armed: false,
+            last_ack_at: 0,
+            hint_req_at: None,
+            hint_tries: 0,
+            pilot_at: None,
+            pilot_path: 0,
+            pilot_sent_at: None,
+            counters: ConnCounters::default(),
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+        };
+        if state == ConnState::Opening {
+            c.ctrl_queue.push_back(Ctrl::Open);
+        }
+        c
+    }
+
+    pub(crate) fn set_nic_ports(&mut self, n: u8) {
+        self.nic_ports = n.max(1);
+    }
+
+    /// Port for our own probes and control on `path`: that path's plane when it has room,
+    /// else the lowest port that has.
+    fn own_port(&self, path: u8) -> u8 {
+        let plane = self.paths.get(path as usize).map(|p| p.plane).unwrap_or(0);
+        if plane < 64 && self.tx_ready >> plane & 1 == 1 {
+            plane
+        } else {
+            self.tx_ready
+                .trailing_zeros()
+                .min(self.nic_ports as u32 - 1) as u8
+        }
+    }
+
+    /// Port for an answer (ACK, NACK) about the peer's `path`: the plane the peer's packets of
+    /// that path arrive on when it has room, else the lowest port that has.
+    fn ctrl_port(&self, path: u8) -> u8 {
+        // The plane the peer's packets of this path arrive on (reflection), else our own.
+        let plane = match self.rx_paths.get(path as usize) {
+            Some(r) if r.reply_port != 0 => r.reply_plane,
+            _ => self.paths.get(path as usize).map(|p| p.plane).unwrap_or(0),
+        };
+        if plane < 64 && self.tx_ready >> plane & 1 == 1 {
+            plane
+        } else {
+            self.tx_ready
+                .trailing_zeros()
+                .min(self.nic_ports as u32 - 1) as u8
+        }
+    }
+
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    pub fn num_paths(&self) -> usize {
+        self.paths.len()
+    }
+
+    pub fn path(&self, i: usize) -> Option<&TxPath> {
+        self.paths.get(i)
+    }
+
+    pub fn paths(&self) -> &[TxPath] {
+        &self.paths
+    }
+
+    /// Force a path into the failed state (operator action, tests).
+    pub fn fail_path(&mut self, i: usize, now: u64) {
+        if let Some(p) = self.paths.get_mut(i) {
+            for c in p.on_rto(now, &self.cfg) {
+                self.retx.push_back((c, i as u8));
+            }
+            p.fail(now);
+        }
+    }
+
+    /// Work requests not yet completed, across all streams (send side).
+    pub fn outstanding(&self) -> usize {
+        self.streams.values().map(|s| s.wrs.len()).sum()
+    }
+
+    fn has_unsent(&self) -> bool {
+        self.tlp.is_some()
+            || !self.retx.is_empty()
+            || !self.resp_queue.is_empty()
+            || !self.active.is_empty()
+    }
+
+    // ---- receive path -----------------------------------------------------------------
+
+    pub(crate) fn handle_packet(
+        &mut self,
+        now: u64,
+        pkt: &Packet<'_>,
+        src_port: u16,
+        nic_port: u8,
+        ce: bool,
+        mem: &mut dyn Memory,
+    ) {
+        // Plane reflection: answers on this path leave on the plane the peer's path arrives
+        // on. Only the peer's own packets of that path count (data, probes), not ACKs about
+        // our path of the same index.
+        if matches!(pkt.body, Body::Data(_) | Body::Probe(_)) {
+            if let Some(rx) = self.rx_paths.get_mut(pkt.path as usize) {
+                rx.reply_plane = nic_port;
+            }
+        }
+        match &pkt.body {
+            Body::Data(d) => self.on_data(now, pkt.path, pkt.flags, d, src_port, ce, mem),
+            Body::Ack(a) => self.on_ack(now, pkt.path, a),
+            Body::Nack(n) => self.on_nack(now, pkt.path, n),
+            Body::OpenAck(o) => {
+                if self.state == ConnState::Opening {
+                    self.establish(o);
+                    self.ctrl_at = None;
+                    self.ctrl_tries = 0; // CLOSE gets its own tries
+                    self.ctrl_queue.retain(|c| !matches!(c, Ctrl::Open));
+                    self.events.push_back(Event::Connected {
+                        conn: self.id,
+                        peer: self.peer,
+                    });
+                }
+            }
+            Body::Open(_) => self.ctrl_queue.push_back(Ctrl::OpenAck),
+            Body::Close(_) => {
+                if !matches!(self.state, ConnState::Closed | ConnState::Failed) {
+                    self.fail_all(Status::Flushed);
+                    self.state = ConnState::Closed;
+                    self.events.push_back(Event::Closed { conn: self.id });
+                }
+                self.ctrl_queue.push_back(Ctrl::CloseAck);
+            }
+            Body::CloseAck(_) => {
+                if self.state == ConnState::Closing {
+                    self.state = ConnState::Closed;
+                    self.ctrl_at = None;
+                    self.events.push_back(Event::Closed { conn: self.id });
+                }
+            }
+            Body::Probe(p) => {
+                let i = pkt.path as usize;
+                if i >= self.paths.len() {
+                    self.counters.rx_bad_path += 1;
+                } else if pkt.flags & flags::BACKLOG != 0 {
+                    // A hint request: count the sender as active now and answer with an ACK
+                    // on that path after `hint_hold`, so requests arriving together all see
+                    // the share that includes each other.
+                    self.last_rx_at = now;
+                    self.backlog_at = now.max(1);
+                    let rx = &mut self.rx_paths[i];
+                    rx.reply_port = src_port;
+                    rx.ts_echo = p.ts;
+                    rx.ts_arrival = now;
+                    if rx.hint_ack_at.is_none() {
+                        rx.hint_ack_at = Some(now + self.cfg.hint_hold_ns);
+                    }
+                } else {
+                    self.ctrl_queue
+                        .push_back(Ctrl::ProbeAck(pkt.path, *p, src_port, nic_port));
+                }
+            }
+            Body::ProbeAck(p) => self.on_probe_ack(pkt.path, p),
+        }
+    }
+
+    // ---- transmit -----------------------------------------------------------------------
+
+    /// Next datagram to send, written into `buf`; returns (length, UDP source port).
+    /// Next datagram for one of the NIC ports in `ready`, written into `buf`; returns
+    /// (length, UDP source port, NIC port).
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+        ready: u64,
+    ) -> Option<(usize, u16, u8)> {
+        let mask = if self.nic_ports >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.nic_ports) - 1
+        };
+        self.tx_ready = ready & mask;
+        self.port_blocked = false;
+        if self.tx_ready == 0 {
+            self.port_blocked = true;
+            return None;
+        }
+        self.last_tx_port = 0;
+        let out = self.poll_transmit_inner(now, buf, mem)?;
+        Some((out.0, out.1, self.last_tx_port))
+    }
+
+    fn poll_transmit_inner(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<(usize, u16)> {
+        // Control and acknowledgements first: they unblock the peer.
+        if let Some(x) = self.emit_ctrl(now, buf) {
+            return Some(x);
+        }
+        while let Some(p) = self.ack_queue.pop_front() {
+            self.ack_queued[p as usize] = false;
+            if let Some(x) = self.emit_ack(now, p, buf) {
+                return Some(x);
+            }
+        }
+        if let Some((path, n)) = self.nack_queue.pop_front() {
+            let pkt = Packet {
+                flags: 0,
+                path,
+                dst_conn: self.peer_conn,
+                body: Body::Nack(n),
+            };
+            self.last_tx_port = self.ctrl_port(path);
+            // Reflect the refused packet's source port, like an ACK.
+            let port = self
+                .rx_paths
+                .get(path as usize)
+                .map(|r| r.reply_port)
+                .filter(|p| *p != 0)
+                .unwrap_or_else(|| path_entropy(self.seed, 0, 0));
+            return pkt.emit(buf).ok().map(|l| (l, port));
+        }
+        if self.state == ConnState::Closing && self.outstanding() == 0 && self.ctrl_at.is_none() {
+            self.ctrl_queue.push_back(Ctrl::Close);
+            return self.emit_ctrl(now, buf);
+        }
+        if !matches!(self.state, ConnState::Open | ConnState::Closing) {
+            return None;
+        }
+        self.emit_data(now, buf, mem)
+    }
+}
+
+impl Stream {
+    /// RSN of the oldest posted receive.
+    fn rx_base_rsn(&self) -> u32 {
+        self.consumed_rsn
+    }
+}

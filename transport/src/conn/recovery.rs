@@ -1,0 +1,242 @@
+//! Loss recovery and timers: RACK time losses, tail-loss probes, RTOs, path probing, and the connection's next deadline (spec/transport.md §4.4, §5.4, §5.6, §5.7).
+
+use super::*;
+
+impl Connection {
+    /// Packets older than their path's loss delay, with a later packet acknowledged on any
+    /// path, are lost: resend them now rather than at the RTO.
+    pub(super) fn detect_time_losses(&mut self, now: u64) {
+        let base = self.base_rtt();
+        let ack_delay = self.cfg.ack_delay_ns;
+        for i in 0..self.paths.len() {
+            let d = self.paths[i].loss_delay(base, ack_delay);
+            let lost = self.paths[i].detect_time_losses(now, self.rack_time, d);
+            self.counters.time_losses += lost.len() as u64;
+            for c in lost {
+                self.retx.push_back((c, i as u8));
+            }
+        }
+    }
+
+    pub(super) fn on_probe_ack(&mut self, path: u8, pr: &ProbeRepr) {
+        if let Some(tp) = self.paths.get_mut(path as usize) {
+            if tp.home_probe_seq == Some(pr.probe_seq) {
+                // The home plane answers again: go back, so every plane carries its share.
+                tp.plane = tp.home_plane;
+                tp.home_probe_seq = None;
+                tp.home_probe_at = None;
+                return;
+            }
+            // Only the latest probe vouches for the current route: an older one may have
+            // travelled on a port the path has since left.
+            if tp.state != PathState::Good && pr.probe_seq == tp.probe_seq {
+                self.no_progress_rtos = 0;
+                tp.state = PathState::Good;
+                tp.probe_at = None;
+                tp.rto_count = 0;
+                tp.rto_ns = tp
+                    .srtt_ns
+                    .map(|s| (s as u64 * 2).max(self.cfg.min_rto_ns))
+                    .unwrap_or(self.cfg.initial_rto_ns);
+            }
+        }
+    }
+
+    // ---- timers -------------------------------------------------------------------------
+
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let mut t: Option<u64> = self.ctrl_at;
+        let mut min = |x: Option<u64>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        for p in &self.paths {
+            min(p.rto_deadline());
+            min(p.probe_at);
+        }
+        for r in &self.rx_paths {
+            min(r.first_unacked_at.map(|f| f + self.cfg.ack_delay_ns));
+        }
+        for (at, _) in &self.rnr_wait {
+            min(Some(*at));
+        }
+        let base = self.base_rtt();
+        for p in &self.paths {
+            min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, self.cfg.ack_delay_ns)));
+        }
+        // Only future deadlines that `handle_timeout` clears, or the embedder would spin.
+        if self.pace_armed
+            && self.has_unsent()
+            && matches!(self.state, ConnState::Open | ConnState::Closing)
+        {
+            min(Some(self.pace_next));
+        }
+        if let Some(at) = self.hint_req_at {
+            if self.state == ConnState::Open {
+                min(Some(at + self.cfg.initial_rto_ns));
+                // A pilot held only by a full NIC port needs no timer: the endpoint keeps
+                // the connection in its ready queue until the port drains.
+                if !self.port_blocked {
+                    min(self.pilot_at.map(|p| p.max(at)));
+                }
+            }
+        }
+        for r in &self.rx_paths {
+            min(r.hint_ack_at);
+        }
+        for p in &self.paths {
+            min(p.home_probe_at);
+        }
+        for i in 0..self.paths.len() {
+            min(self.tlp_deadline(i, base));
+        }
+        t
+    }
+
+    /// A path's tail-loss probe deadline. While the pilot is unanswered, not before the time
+    /// its ACK is waited for: the pilot may sit behind every other sender's pilot in the
+    /// receiver's queue (about one fair-share gap), and a probe then is a spurious resend.
+    pub(super) fn tlp_deadline(&self, i: usize, base: u64) -> Option<u64> {
+        let at =
+            self.paths[i].tlp_deadline(base, self.cfg.ack_delay_ns, self.cfg.initial_rtt_ns)?;
+        Some(match self.pilot_wait_until() {
+            Some(w) => at.max(w),
+            None => at,
+        })
+    }
+
+    pub(crate) fn handle_timeout(&mut self, now: u64) {
+        if let Some(at) = self.ctrl_at {
+            if at <= now {
+                self.ctrl_at = None;
+                match self.state {
+                    ConnState::Opening => self.ctrl_queue.push_back(Ctrl::Open),
+                    ConnState::Closing => self.ctrl_queue.push_back(Ctrl::Close),
+                    _ => {}
+                }
+            }
+        }
+        let base = self.base_rtt();
+        for i in 0..self.paths.len() {
+            if self.tlp_deadline(i, base).is_some_and(|t| t <= now) {
+                if let Some(ch) = self.paths[i].take_tlp() {
+                    self.tlp = Some((ch, i as u8));
+                }
+            }
+        }
+        for i in 0..self.paths.len() {
+            if let Some(d) = self.paths[i].rto_deadline() {
+                if d <= now {
+                    let lost = self.paths[i].on_rto(now, &self.cfg);
+                    self.counters.rtos += 1;
+                    if self.paths[i].state == PathState::Probing {
+                        self.counters.path_failures += 1;
+                    }
+                    for c in lost {
+                        self.retx.push_back((c, i as u8));
+                    }
+                    // The connection is stuck only while no path is Good: a dying path whose
+                    // siblings still work (or are being re-routed to working routes) is the
+                    // path layer's business, not a reason to give up.
+                    if !self.paths.iter().any(|p| p.state == PathState::Good) {
+                        self.no_progress_rtos += 1;
+                    }
+                    if self.no_progress_rtos >= self.cfg.retry_limit {
+                        self.fail_connection();
+                        return;
+                    }
+                }
+            }
+            if let Some(at) = self.paths[i].probe_at {
+                if at <= now {
+                    let p = &mut self.paths[i];
+                    let next = match p.state {
+                        PathState::Suspect
+                            if p.probe_seq != 0 && p.rto_count + 1 >= self.cfg.fail_after_rtos =>
+                        {
+                            // Probes went unanswered for too long: fail and re-route.
+                            p.fail(now);
+                            self.counters.path_failures += 1;
+                            0
+                        }
+                        PathState::Suspect => {
+                            p.rto_count += 1;
+                            p.rto_ns
+                        }
+                        _ => {
+                            // Probing: every probe tries a new route.
+                            p.generation = p.generation.wrapping_add(1);
+                            p.entropy = path_entropy(self.seed, i as u8, p.generation);
+                            p.move_plane();
+                            p.counters.reroutes += 1;
+                            self.cfg.probe_interval_ns
+                        }
+                    };
+                    p.probe_at = if p.state == PathState::Good {
+                        None
+                    } else {
+                        Some(now + next)
+                    };
+                    if p.state != PathState::Good {
+                        self.ctrl_queue.push_back(Ctrl::Probe(i as u8));
+                    }
+                }
+            }
+        }
+        self.detect_time_losses(now);
+        if self.pace_armed && self.pace_next <= now {
+            self.pace_armed = false; // the next packet may go: the endpoint polls us again
+        }
+        if self
+            .hint_req_at
+            .is_some_and(|t| t + self.cfg.initial_rto_ns <= now)
+            && self.hint_tries >= HINT_TRIES
+        {
+            self.hint_req_at = None; // give up on the hint: data goes out without it
+        }
+        for i in 0..self.paths.len() {
+            let p = &mut self.paths[i];
+            // Away from home, probe the home plane soon, then less and less often: a plane
+            // back after a short outage is taken up again within tens of microseconds, and a
+            // long outage costs one probe per path per `probe_interval`.
+            let interval = (self.cfg.probe_interval_ns
+                >> HOME_PROBE_STEPS.saturating_sub(p.home_probes))
+            .max(1);
+            if p.plane == p.home_plane {
+                p.home_probe_at = None;
+                p.home_probes = 0;
+            } else if p.home_probe_at.is_none() {
+                p.home_probe_at = Some(now + interval);
+            } else if p.home_probe_at.is_some_and(|t| t <= now) {
+                p.home_probe_at = Some(now + interval);
+                if p.state == PathState::Good {
+                    p.home_probes = p.home_probes.saturating_add(1);
+                    self.ctrl_queue.push_back(Ctrl::HomeProbe(i as u8));
+                }
+            }
+        }
+        for i in 0..self.rx_paths.len() {
+            if self.rx_paths[i].hint_ack_at.is_some_and(|t| t <= now) {
+                self.rx_paths[i].hint_ack_at = None;
+                self.rx_paths[i].ack_now = true;
+                self.queue_ack(i as u8);
+            }
+            if let Some(f) = self.rx_paths[i].first_unacked_at {
+                if f + self.cfg.ack_delay_ns <= now {
+                    self.rx_paths[i].ack_now = true;
+                    self.queue_ack(i as u8);
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.rnr_wait.len() {
+            if self.rnr_wait[i].0 <= now {
+                let (_, c) = self.rnr_wait.swap_remove(i);
+                self.retx.push_back((c, u8::MAX));
+            } else {
+                i += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! Sending: which chunk goes next (resends, responses, new data), on which path and plane, under which window, and building its packet (spec/transport.md §4.3, §5.1, §5.2; congestion.md §2).
+
+use super::*;
+
+impl Connection {
+    /// Connection-level window: sum of path windows, capped by the receiver's hint.
+    pub(super) fn conn_window(&self) -> f64 {
+        let sum: f64 = self.paths.iter().map(|p| p.cwnd).sum();
+        if self.peer_hint_mbps != 0 {
+            sum.min(self.hint_window().max(self.mtu as f64))
+        } else {
+            sum
+        }
+    }
+
+    /// Where a tail-loss probe for silent path `silent` goes: the least-loaded other Good
+    /// path with room in the SACK span and a ready NIC port (a black-holed route is then
+    /// still probed around), else the silent path itself.
+    pub(super) fn tlp_path(&self, silent: usize) -> usize {
+        self.paths
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| {
+                *i != silent
+                    && p.state == PathState::Good
+                    && p.in_span()
+                    && p.plane < 64
+                    && self.tx_ready >> p.plane & 1 == 1
+            })
+            .min_by(|a, b| a.1.load().total_cmp(&b.1.load()))
+            .map_or(silent, |(i, _)| i)
+    }
+
+    /// Pick the path for the next packet: the least-loaded usable path with room, avoiding
+    /// `avoid` (the path that just lost this chunk) when another will do.
+    pub(super) fn pick_path(&mut self, bytes: u32, avoid: u8) -> Option<usize> {
+        let n = self.paths.len();
+        let any_good = self.paths.iter().any(|p| p.state == PathState::Good);
+        let mut best: Option<(usize, f64)> = None;
+        let mut fallback: Option<(usize, f64)> = None;
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            let p = &self.paths[i];
+            let usable = if any_good {
+                p.state == PathState::Good
+            } else {
+                // Every path is in trouble: keep the least recently failed one going.
+                let newest = self.paths.iter().map(|q| q.failed_at).min().unwrap_or(0);
+                p.failed_at == newest
+            };
+            if !usable || !p.has_room(bytes) {
+                continue;
+            }
+            if p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+                self.port_blocked = true; // would go, but its NIC port is full
+                continue;
+            }
+            let l = p.load();
+            let slot = if i as u8 == avoid {
+                &mut fallback
+            } else {
+                &mut best
+            };
+            if slot.is_none_or(|(_, bl)| l < bl) {
+                *slot = Some((i, l));
+            }
+        }
+        let pick = best.or(fallback).map(|(i, _)| i)?;
+        self.rr = (pick + 1) % n;
+        Some(pick)
+    }
+
+    pub(super) fn emit_data(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<(usize, u16)> {
+        // A tail-loss probe goes first and past the windows and the pacer: the flight it asks
+        // about is what fills them, and a probe held back until the RTO is no probe at all.
+        if let Some((c, p)) = self.tlp.take() {
+            if self.pilot_sent_at.is_some() {
+                // The pilot sent again: its copy's ACK tells the queueing now.
+                self.pilot_sent_at = Some(now);
+            }
+            if self.chunk_needed(&c) {
+                let via = self.tlp_path(p as usize);
+                match self.build_packet(now, c, p, true, Some(via), buf, mem) {
+                    Ok(Some(x)) => return Some(x),
+                    // Its NIC port is full: next time (the endpoint polls again when it
+                    // drains); other paths' ports may still take data meanwhile.
+                    Ok(None) if self.port_blocked => self.tlp = Some((c, p)),
+                    // The SACK span is full (the RTO covers that flight) or the WR failed.
+                    Ok(None) | Err(()) => {}
+                }
+            }
+        }
+        let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
+        if inflight > 0 && inflight as f64 + self.mtu as f64 > self.conn_window() {
+            return None;
+        }
+        // Cold start: with no ACK heard (or none for `cold_after`), ask the receiver for its
+        // fair-share hint with a small PROBE and send data once its ACK arrives. N senders
+        // starting together then put N tiny probes, not N windows, into the receiver's queue.
+        let cold =
+            self.last_ack_at == 0 || now.saturating_sub(self.last_ack_at) > self.cfg.cold_after_ns;
+        let waiting = self
+            .hint_req_at
+            .is_some_and(|t| now < t + self.cfg.initial_rto_ns);
+        if waiting {
+            // Only the pilot goes before the answer: one data packet, on the request's path
+            // (behind the request, so the receiver holds its ACK with the answer's).
+            if inflight > 0 || self.pilot_at.is_none_or(|t| t > now) {
+                return None;
+            }
+            self.pilot_at = None;
+            let path = (self.pilot_path as usize).min(self.paths.len() - 1);
+            while let Some((chunk, _, retx)) = self.next_chunk() {
+                match self.build_packet(now, chunk, u8::MAX, retx, Some(path), buf, mem) {
+                    Ok(Some(x)) => {
+                        self.pilot_sent_at = Some(now);
+                        return Some(x);
+                    }
+                    Ok(None) => {
+                        self.retx.push_front((chunk, u8::MAX));
+                        self.pilot_at = Some(now); // its NIC port is busy: next time
+                        return None;
+                    }
+                    Err(()) => continue,
+                }
+            }
+            return None;
+        }
+        // A request goes out when the connection is cold and has data, or again while the
+        // pilot is all that went out (the request or its answer was lost).
+        if cold
+            && self.has_unsent()
+            && self.hint_tries < HINT_TRIES
+            && (inflight == 0 || self.hint_tries > 0)
+        {
+            let p = self
+                .paths
+                .iter()
+                .position(|p| p.state == PathState::Good)
+                .unwrap_or(0) as u8;
+            if self.hint_tries == 0 {
+                self.pilot_path = p;
+                self.pilot_sent_at = None;
+                self.pilot_at = Some(
+                    now + splitmix64(self.seed ^ now ^ 0x9170) % self.cfg.pilot_spread_ns.max(1),
+                );
+            }
+            self.hint_req_at = Some(now);
+            self.hint_tries += 1;
+            self.ctrl_queue.push_back(Ctrl::HintRequest(p));
+            return self.emit_ctrl(now, buf);
+        }
+        // Paced at the receiver's hint: the rate is what the receiver allots, whatever the
+        // RTT (a window of one packet per RTT would favour near senders).
+        if self.peer_hint_mbps != 0 && now < self.pace_next {
+            return None;
+        }
+        // Nothing goes out unless some path has room for a full packet.
+        self.pick_path(self.mtu, u8::MAX)?;
+        loop {
+            let (chunk, avoid, retx) = self.next_chunk()?;
+            match self.build_packet(now, chunk, avoid, retx, None, buf, mem) {
+                Ok(Some(x)) => {
+                    self.pilot_sent_at = None;
+                    return Some(x);
+                }
+                Ok(None) => {
+                    // No path has room after all: put the chunk back at the front.
+                    self.retx.push_front((chunk, avoid));
+                    return None;
+                }
+                Err(()) => continue, // the chunk's WR failed locally; try the next one
+            }
+        }
+    }
+
+    /// The next chunk to send: resends first, then responses, then new request chunks;
+    /// returns (chunk, path to avoid, is a resend).
+    pub(super) fn next_chunk(&mut self) -> Option<(ChunkRef, u8, bool)> {
+        loop {
+            if let Some((c, a)) = self.retx.pop_front() {
+                if self.chunk_needed(&c) {
+                    return Some((c, a, true));
+                }
+            } else if let Some(c) = self.resp_queue.pop_front() {
+                if self.chunk_needed(&c) {
+                    return Some((c, u8::MAX, false));
+                }
+            } else {
+                return self.next_new_chunk().map(|c| (c, u8::MAX, false));
+            }
+        }
+    }
+
+    /// Build the packet of one chunk into `buf`. Ok(None): no path has room. Err: the WR
+    /// failed (local memory), already completed with an error. `forced`: this path, past its
+    /// window (a tail-loss probe).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn build_packet(
+        &mut self,
+        now: u64,
+        chunk: ChunkRef,
+        avoid: u8,
+        retx: bool,
+        forced: Option<usize>,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Result<Option<(usize, u16)>, ()> {
+        let mtu = self.mtu;
+        // Work out the headers and where the payload comes from.
+        enum Src {
+            None,
+            Local(SgList, u64),
+            Remote(u32, u32, u64),
+        }
+        let (stream_id, msg, op, plen, src, solicited, ordered) = match chunk {
+            ChunkRef::Req {
+                stream,
+                msn,
+                chunk: ci,
+            } => {
+                let s = self.streams.get(&stream).ok_or(())?;
+                let d = msn.wrapping_sub(s.base_msn) as usize;
+                let w = s.wrs.get(d).ok_or(())?;
+                let off = ci * mtu;
+                let plen = match w.wr.op {
+                    SendOp::Send { .. } | SendOp::Write { .. } => {
+                        w.len.saturating_sub(off).min(mtu)
+                    }
+                    _ => 0,
+                };
+                let msg = MsgHeader {
+                    stream: s.remote,
+                    msn,
+                    offset: if plen > 0 { off } else { 0 },
+                    length: w.len,
+                };
+                let op = match w.wr.op {
+                    SendOp::Send { imm: None } => DataOp::Send { rsn: w.rsn },
+                    SendOp::Send { imm: Some(imm) } => DataOp::SendImm { rsn: w.rsn, imm },
+                    SendOp::Write { rkey, raddr, imm } => match imm {
+                        None => DataOp::Write {
+                            rkey,
+                            raddr: raddr.wrapping_add(off as u64),
+                        },
+                        Some(imm) => DataOp::WriteImm {
+                            rkey,
+                            raddr: raddr.wrapping_add(off as u64),
+                            rsn: w.rsn,
+                            imm,
+                        },
+                    },
+                    SendOp::Read { rkey, raddr } => DataOp::ReadReq { rkey, raddr },
+                    SendOp::FetchAdd { rkey, raddr, add } => DataOp::FetchAdd { rkey, raddr, add },
+                    SendOp::CmpSwap {
+                        rkey,
+                        raddr,
+                        compare,
+                        swap,
+                    } => DataOp::CmpSwap {
+                        rkey,
+                        raddr,
+                        compare,
+                        swap,
+                    },
+                };
+                let msg = match op {
+                    DataOp::FetchAdd { .. } | DataOp::CmpSwap { .. } => MsgHeader {
+                        length: 8,
+                        offset: 0,
+                        ..msg
+                    },
+                    _ => msg,
+                };
+                let src = if plen > 0 {
+                    Src::Local(w.wr.sgl.clone(), off as u64)
+                } else {
+                    Src::None
+                };
+                (stream, msg, op, plen, src, w.wr.solicited, w.ordered)
+            }
+            ChunkRef::Resp {
+                stream,
+                msn,
+                chunk: ci,
+            } => {
+                let s = self.streams.get(&stream).ok_or(())?;
+                let r = s.responses.get(&msn).ok_or(())?;
+                let off = ci * mtu;
+                let (op, plen, src) = match r.kind {
+                    // A zero-length READ reads nothing (and was never checked against a key).
+                    RespKind::Read { .. } if r.length == 0 => (DataOp::ReadResp, 0, Src::None),
+                    RespKind::Read { rkey, raddr } => {
+                        let plen = r.length.saturating_sub(off).min(mtu);
+                        (
+                            DataOp::ReadResp,
+                            plen,
+                            Src::Remote(rkey, s.pd, raddr + off as u64),
+                        )
+                    }
+                    RespKind::Atomic { orig } => (DataOp::AtomicResp { orig }, 0, Src::None),
+                };
+                let msg = MsgHeader {
+                    stream: s.remote,
+                    msn,
+                    offset: if plen > 0 { off } else { 0 },
+                    length: r.length,
+                };
+                (stream, msg, op, plen, src, false, false)
+            }
+        };
+        let pi = match forced {
+            // A probe of this path: only the SACK span and the NIC port's room bound it.
+            Some(pi) => {
+                let p = &self.paths[pi];
+                if !p.in_span() {
+                    return Ok(None);
+                }
+                if p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+                    self.port_blocked = true;
+                    return Ok(None);
+                }
+                pi
+            }
+            None => match self.pick_path(plen.max(1), avoid) {
+                Some(pi) => pi,
+                None => return Ok(None),
+            },
+        };
+        let last = msg.offset + plen >= msg.length;
+        let mut fl = 0;
+        if last {
+            fl |= flags::LAST;
+        }
+        if retx {
+            fl |= flags::RETX;
+        }
+        if solicited && last {
+            fl |= flags::SOLICITED;
+        }
+        if ordered {
+            fl |= flags::ORDERED;
+        }
+        if self.has_unsent() {
+            fl |= flags::BACKLOG;
+        }
+        // This packet fills the window: ask for an ACK at once rather than after the
+        // receiver's delayed-ACK timer, or a small window idles for that long every round.
+        let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
+        if forced.is_some() || (inflight + 2 * mtu as u64) as f64 > self.conn_window() {
+            fl |= flags::ACK_REQ;
+        }
+        let path = &self.paths[pi];
+        let pkt = Packet {
+            flags: fl,
+            path: pi as u8,
+            dst_conn: self.peer_conn,
+            body: Body::Data(DataRepr {
+                seq: SeqHeader {
+                    psn: path.next_psn,
+                    floor: path.floor(),
+                    tsval: (now as u32).max(1),
+                },
+                msg,
+                op,
+                payload: &[],
+            }),
+        };
+        let h = pkt.emit_headers(buf).map_err(|_| ())?;
+        if buf.len() < h + plen as usize + wire::TRAILER_LEN {
+            return Err(());
+        }
+        // Payload straight from registered memory into the packet buffer.
+        let dst = &mut buf[h..h + plen as usize];
+        let read = match src {
+            Src::None => Ok(()),
+            Src::Local(sgl, off) => sgl_read(mem, &sgl, off, dst),
+            Src::Remote(rkey, pd, addr) => mem.read_remote(pd, rkey, addr, dst),
+        };
+        if read.is_err() {
+            self.local_failure(chunk, stream_id);
+            return Err(());
+        }
+        let len = wire::seal(buf, h + plen as usize);
+        if self.peer_hint_mbps != 0 {
+            // Token bucket: the hinted rate on wire bytes, a burst of at most PACE_BURST packets.
+            let wire = (len + WIRE_OVERHEAD) as f64;
+            let gap = (wire * 8000.0 / self.peer_hint_mbps as f64) as u64;
+            let burst = gap * (PACE_BURST - 1);
+            self.pace_next = self.pace_next.max(now.saturating_sub(burst)) + gap;
+            self.pace_armed = self.pace_next > now;
+        }
+        let entropy = self.paths[pi].entropy;
+        self.last_tx_port = self.paths[pi].plane;
+        self.paths[pi].on_send(chunk, plen, now, retx);
+        self.counters.tx_pkts += 1;
+        self.counters.tx_payload_bytes += plen as u64;
+        if retx {
+            self.counters.retx_pkts += 1;
+        }
+        Ok(Some((len, entropy)))
+    }
+}
