@@ -26,6 +26,10 @@ pub struct Endpoint {
     /// Timer deadlines (lazy deletion: an entry is live while it equals the connection's
     /// `timer_at`).
     timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Connections whose deadline may have moved since it was last computed: recomputed once
+    /// per batch (end of a transmit pass, before timers fire), not after every datagram,
+    /// post and send.
+    dirty: Vec<u32>,
     /// Connections that received data in the current fair-share interval.
     rx_active: Vec<u32>,
     /// Last demands (Mbit/s, infinity for backlogged) seen by the fair-share computation.
@@ -45,6 +49,7 @@ impl Endpoint {
             by_peer: HashMap::new(),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
+            dirty: Vec::new(),
             rx_active: Vec::new(),
             last_level_mbps: 0.0,
             next_share_at: 0,
@@ -96,7 +101,23 @@ impl Endpoint {
             c.in_ready = true;
             self.ready.push_back(id);
         }
-        self.rearm(id);
+        Self::mark_dirty(c, &mut self.dirty);
+    }
+
+    fn mark_dirty(c: &mut Connection, dirty: &mut Vec<u32>) {
+        if !c.timer_dirty {
+            c.timer_dirty = true;
+            dirty.push(c.id.0);
+        }
+    }
+
+    /// Recompute the deadlines of the connections something happened to.
+    fn flush_timers(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for id in dirty.drain(..) {
+            self.rearm(id);
+        }
+        self.dirty = dirty;
     }
 
     /// Re-read connection `id`'s next deadline and keep the timer heap in step with it.
@@ -104,6 +125,7 @@ impl Endpoint {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
+        c.timer_dirty = false;
         let d = c.poll_timeout();
         if d != c.timer_at {
             c.timer_at = d;
@@ -436,15 +458,24 @@ impl Endpoint {
             if let Some(c) = self.conns.get_mut(&id) {
                 self.completions.extend(c.completions.drain(..));
                 self.events.extend(c.events.drain(..));
+                Self::mark_dirty(c, &mut self.dirty);
             }
-            self.rearm(id);
         }
+        // The end of a transmit pass: the deadlines of this batch settle.
+        self.flush_timers();
         None
     }
 
-    /// Earliest time `handle_timeout` must be called.
+    /// Earliest time `handle_timeout` must be called. Connections whose deadline has not
+    /// been recomputed since they changed are asked directly; their older heap entries can
+    /// only make the answer early (a `handle_timeout` with nothing due), never late.
     pub fn poll_timeout(&self) -> Option<u64> {
-        match self.timers.peek() {
+        let fresh = self
+            .dirty
+            .iter()
+            .filter_map(|id| self.conns.get(id).and_then(|c| c.poll_timeout()))
+            .min();
+        let heap = match self.timers.peek() {
             Some(Reverse((t, id))) if self.timer_live(*t, *id) => Some(*t),
             // The top went stale without a clean-up (only through `connection_mut`): look
             // at every live entry.
@@ -455,10 +486,15 @@ impl Endpoint {
                 .map(|Reverse((t, _))| *t)
                 .min(),
             None => None,
+        };
+        match (fresh, heap) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
+        self.flush_timers();
         let mut due: Vec<u32> = Vec::new();
         while let Some(Reverse((t, id))) = self.timers.peek().copied() {
             if t > now {

@@ -229,6 +229,9 @@ pub struct Connection {
     /// Bookkeeping of the endpoint's ready queue, timer heap and fair-share list.
     pub(crate) in_ready: bool,
     pub(crate) timer_at: Option<u64>,
+    /// Something happened since `timer_at` was computed (the endpoint recomputes it once per
+    /// batch of events, not once per event).
+    pub(crate) timer_dirty: bool,
     pub(crate) in_rx_active: bool,
     no_progress_rtos: u32,
     /// Send time of the most recently sent packet acknowledged on any path (RACK).
@@ -399,6 +402,7 @@ impl Connection {
             backlog_at: 0,
             in_ready: false,
             timer_at: None,
+            timer_dirty: false,
             in_rx_active: false,
             no_progress_rtos: 0,
             held_bytes: 0,

@@ -9,6 +9,9 @@ impl Connection {
         let base = self.base_rtt();
         let ack_delay = self.cfg.ack_delay_ns;
         for i in 0..self.paths.len() {
+            if self.paths[i].inflight_bytes == 0 {
+                continue; // nothing of this path can be lost
+            }
             let d = self.paths[i].loss_delay(base, ack_delay);
             let lost = self.paths[i].detect_time_losses(now, self.rack_time, d);
             self.counters.time_losses += lost.len() as u64;
@@ -44,6 +47,8 @@ impl Connection {
 
     // ---- timers -------------------------------------------------------------------------
 
+    /// The connection's next deadline: one pass over the paths (each path's own timers read
+    /// in O(1)), one over the receive paths.
     pub fn poll_timeout(&self) -> Option<u64> {
         let mut t: Option<u64> = self.ctrl_at;
         let mut min = |x: Option<u64>| {
@@ -51,19 +56,31 @@ impl Connection {
                 t = Some(t.map_or(x, |t| t.min(x)));
             }
         };
+        let base = self.base_rtt();
+        let ack_delay = self.cfg.ack_delay_ns;
+        let pilot_wait = self.pilot_wait_until();
         for p in &self.paths {
-            min(p.rto_deadline());
             min(p.probe_at);
+            min(p.home_probe_at);
+            if p.inflight_bytes == 0 && !p.has_in_flight() {
+                continue;
+            }
+            min(p.rto_deadline());
+            min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, ack_delay)));
+            min(Self::tlp_at(
+                p,
+                base,
+                ack_delay,
+                self.cfg.initial_rtt_ns,
+                pilot_wait,
+            ));
         }
         for r in &self.rx_paths {
-            min(r.first_unacked_at.map(|f| f + self.cfg.ack_delay_ns));
+            min(r.first_unacked_at.map(|f| f + ack_delay));
+            min(r.hint_ack_at);
         }
         for (at, _) in &self.rnr_wait {
             min(Some(*at));
-        }
-        let base = self.base_rtt();
-        for p in &self.paths {
-            min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, self.cfg.ack_delay_ns)));
         }
         // Only future deadlines that `handle_timeout` clears, or the embedder would spin.
         if self.pace_armed
@@ -82,25 +99,22 @@ impl Connection {
                 }
             }
         }
-        for r in &self.rx_paths {
-            min(r.hint_ack_at);
-        }
-        for p in &self.paths {
-            min(p.home_probe_at);
-        }
-        for i in 0..self.paths.len() {
-            min(self.tlp_deadline(i, base));
-        }
         t
     }
 
     /// A path's tail-loss probe deadline. While the pilot is unanswered, not before the time
-    /// its ACK is waited for: the pilot may sit behind every other sender's pilot in the
-    /// receiver's queue (about one fair-share gap), and a probe then is a spurious resend.
-    pub(super) fn tlp_deadline(&self, i: usize, base: u64) -> Option<u64> {
-        let at =
-            self.paths[i].tlp_deadline(base, self.cfg.ack_delay_ns, self.cfg.initial_rtt_ns)?;
-        Some(match self.pilot_wait_until() {
+    /// its ACK is waited for (`pilot_wait`): the pilot may sit behind every other sender's
+    /// pilot in the receiver's queue (about one fair-share gap), and a probe then is a
+    /// spurious resend.
+    fn tlp_at(
+        p: &TxPath,
+        base: u64,
+        ack_delay: u64,
+        floor: u64,
+        pilot_wait: Option<u64>,
+    ) -> Option<u64> {
+        let at = p.tlp_deadline(base, ack_delay, floor)?;
+        Some(match pilot_wait {
             Some(w) => at.max(w),
             None => at,
         })
@@ -118,8 +132,12 @@ impl Connection {
             }
         }
         let base = self.base_rtt();
+        let pilot_wait = self.pilot_wait_until();
+        let (ack_delay, floor) = (self.cfg.ack_delay_ns, self.cfg.initial_rtt_ns);
         for i in 0..self.paths.len() {
-            if self.tlp_deadline(i, base).is_some_and(|t| t <= now) {
+            if Self::tlp_at(&self.paths[i], base, ack_delay, floor, pilot_wait)
+                .is_some_and(|t| t <= now)
+            {
                 if let Some(ch) = self.paths[i].take_tlp() {
                     self.tlp = Some((ch, i as u8));
                 }
