@@ -5,10 +5,11 @@
 //! addresses 198.18.0.11/.12). Both devices (`ferroce0` native, `ferroce0_rocev2`), each at
 //! 0 %, 1 % and 5 % injected loss on every transmit (both directions) with 1 % reordering.
 //!
-//! - `rc_order_writes_are_placed_in_order`: last-write-wins (2,000 × 8 B and 1,000 × 4 KiB
-//!   RDMA WRITEs to one address: after the last completion every word holds the last value)
-//!   and data-before-flag (500 rounds of a 4 KiB WRITE then a WRITE_WITH_IMM: the data and
-//!   the flag are in place at the RECV_RDMA_WITH_IMM completion).
+//! - `rc_order_writes_are_placed_in_order`: last-write-wins (2,000 × 8 B, every one and every
+//!   16th signalled, and 1,000 × 4 KiB RDMA WRITEs to one address: after the last completion
+//!   every word holds the last value) and data-before-flag (500 rounds of a 4 KiB WRITE, an 8-byte WRITE to a counter shared
+//!   by all rounds, then a WRITE_WITH_IMM: data, counter and the WRITE_WITH_IMM's own payload
+//!   are in place at the RECV_RDMA_WITH_IMM completion).
 //! - `rc_order_zero_length_write`: zero-length RDMA WRITEs (valid rkey, and rkey 0 with remote
 //!   address 0; no SGE and one SGE of length 0) complete with IBV_WC_SUCCESS. Native mode
 //!   refuses rkey 0 (IBV_WC_REM_ACCESS_ERR) until the core fix in transport/ lands: that row

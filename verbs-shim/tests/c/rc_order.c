@@ -20,14 +20,16 @@
  *         the server, which checks at once (and again 200 ms later) that every word is N:
  *         RDMA WRITEs on one RC QP are placed in order, so once the last completes the
  *         buffer holds the last one's bytes. Stale words and the values seen are printed.
- *   flag  ROUNDS rounds, up to WINDOW rounds in flight: round r WRITEs a 4 KiB data block
- *         (block r % WINDOW; word j = (r+1) << 32 | j), then an RDMA WRITE_WITH_IMM (imm r)
- *         to a flag word: 8 bytes (value r+1) in even rounds, zero length in odd ones. The
- *         server, on each RECV_RDMA_WITH_IMM completion, checks at once that the block holds
- *         round r's data (the WRITE before the WRITE_WITH_IMM must be visible) and that the
- *         flag word holds at least r+1 in even rounds (the WRITE_WITH_IMM's own payload, and
- *         no older flag write placed after it), reposts the receive and acknowledges round r
- *         over TCP (the client reuses the block only then).
+ *   flag  ROUNDS rounds, up to WINDOW rounds in flight, three WRs each on one QP: an RDMA
+ *         WRITE of a 4 KiB data block (slot b = r % WINDOW; word j = (r+1) << 32 | j), an
+ *         8-byte RDMA WRITE of r+1 to a counter word shared by all rounds, and an RDMA
+ *         WRITE_WITH_IMM (imm r) to slot b's flag word: 8 bytes (r+1) in even rounds, zero
+ *         length in odd ones. The server, on each RECV_RDMA_WITH_IMM completion, checks at
+ *         once that block b holds round r's data and the counter at least r+1 (both WRITEs
+ *         came before the WRITE_WITH_IMM) and, in even rounds, that slot b's flag is r+1 (its
+ *         own payload); if not, it watches the flag 5 ms more to tell a payload placed after
+ *         its completion from an older write on top. Then it reposts the receive and
+ *         acknowledges round r over TCP (the client reuses slot b only then).
  *   zero  Zero-length RDMA WRITEs, one RC QP per case, each followed by an 8-byte control
  *         WRITE on the same QP: (0) valid rkey, num_sge 0; (1) valid rkey, one SGE of length
  *         0; (2) rkey 0, remote address 0, num_sge 0; (3) rkey 0, remote address 0, one SGE
@@ -240,6 +242,20 @@ static uint64_t flag_word(uint32_t round, uint32_t j) {
     return ((uint64_t)(round + 1) << 32) | j;
 }
 
+/* The flag subtest's remote buffer: `w` data blocks, a 64-byte line with the counter word,
+ * then one 64-byte line per slot with that slot's WRITE_WITH_IMM payload. */
+static size_t flag_counter_off(uint32_t w) {
+    return (size_t)w * FLAG_BLOCK;
+}
+
+static size_t flag_slot_off(uint32_t w, uint32_t b) {
+    return flag_counter_off(w) + 64 + 64 * (size_t)b;
+}
+
+static size_t flag_len(uint32_t w) {
+    return flag_slot_off(w, w);
+}
+
 /* ----------------------------------------------------------------------------------------- */
 /* Server side                                                                                */
 
@@ -283,7 +299,7 @@ static int serve_one(int fd, const struct request *rq) {
     struct ibv_cq *cq = ibv_create_cq(ctx, 4 * depth + 16, NULL, NULL, 0);
     if (!cq)
         die("ibv_create_cq");
-    size_t len = rq->test == T_LWW ? rq->size : rq->test == T_FLAG ? (size_t)rq->window * FLAG_BLOCK + 64 : 64;
+    size_t len = rq->test == T_LWW ? rq->size : rq->test == T_FLAG ? flag_len(rq->window) : 64;
     len = (len + 63) & ~(size_t)63;
     uint64_t *buf = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
     if (!buf)
@@ -317,8 +333,8 @@ static int serve_one(int fd, const struct request *rq) {
         vd.stale_later = stale_words(buf, words, rq->n, "200 ms later");
         ok = dm.ok && !vd.stale_now && !vd.stale_later;
     } else if (rq->test == T_FLAG) {
-        volatile uint64_t *flag = buf + (size_t)rq->window * FLAG_BLOCK / 8;
-        uint32_t bad_rounds = 0, timed_out = 0;
+        uint32_t w = rq->window, bad_rounds = 0, timed_out = 0;
+        volatile uint64_t *counter = buf + flag_counter_off(w) / 8;
         for (uint32_t r = 0; r < rq->rounds; r++) {
             struct ibv_wc wc;
             if (!poll_one(cq, &wc)) {
@@ -333,8 +349,10 @@ static int serve_one(int fd, const struct request *rq) {
                 timed_out = 1;
                 break;
             }
-            /* Check at once: the data WRITE preceded the WRITE_WITH_IMM on this QP. */
-            const volatile uint64_t *blk = buf + (size_t)(r % rq->window) * (FLAG_BLOCK / 8);
+            /* Check at once: the data and counter WRITEs preceded the WRITE_WITH_IMM on this
+             * QP, and the WRITE_WITH_IMM's own payload is placed before its completion. */
+            const volatile uint64_t *blk = buf + (size_t)(r % w) * (FLAG_BLOCK / 8);
+            volatile uint64_t *slot = buf + flag_slot_off(w, r % w) / 8;
             uint32_t imm = ntohl(wc.imm_data), wrong = 0, first = 0;
             uint64_t seen = 0;
             for (uint32_t j = 0; j < FLAG_BLOCK / 8; j++)
@@ -344,23 +362,38 @@ static int serve_one(int fd, const struct request *rq) {
                         seen = blk[j];
                     }
                 }
-            uint64_t fv = *flag;
-            int flag_bad = (r % 2 == 0) && fv < (uint64_t)r + 1;
-            if (imm != r || wrong || flag_bad) {
+            uint64_t cv = *counter, fv = *slot;
+            int counter_bad = cv < (uint64_t)r + 1;
+            int slot_bad = r % 2 == 0 && fv != (uint64_t)r + 1;
+            if (imm != r || wrong || counter_bad || slot_bad) {
                 bad_rounds++;
-                if (bad_rounds <= 10)
-                {
-                    printf("server: flag round %u at its RECV_RDMA_WITH_IMM: imm %u (want %u)", r, imm, r);
+                /* The client reuses this slot only after our ack: a later change of it can
+                 * only be this round's payload arriving after its completion. */
+                double tw = now_s();
+                uint64_t later = *slot;
+                while (slot_bad && later != (uint64_t)r + 1 && now_s() - tw < 0.005)
+                    later = *slot;
+                double late_us = (now_s() - tw) * 1e6;
+                if (bad_rounds <= 10) {
+                    printf("server: flag round %u at its RECV_RDMA_WITH_IMM: imm %u%s", r, imm,
+                           imm == r ? "" : " (WRONG)");
                     if (wrong)
-                        printf(", %u of %u data words wrong (first: word %u holds %#" PRIx64 ", want %#" PRIx64
-                               ")",
+                        printf(", %u of %u data words wrong (word %u holds %#" PRIx64 ", want %#" PRIx64 ")",
                                wrong, FLAG_BLOCK / 8, first, seen, flag_word(r, first));
                     else
-                        printf(", data block ok");
-                    if (flag_bad)
-                        printf(", flag word holds %" PRIu64 " (round %" PRIu64 "'s), want >= %u (this round's "
-                               "WRITE_WITH_IMM payload)",
-                               fv, fv ? fv - 1 : 0, r + 1);
+                        printf(", data ok");
+                    if (counter_bad)
+                        printf(", counter word holds %" PRIu64 " (round %" PRIu64 "'s), want >= %u", cv,
+                               cv ? cv - 1 : 0, r + 1);
+                    else
+                        printf(", counter ok");
+                    if (slot_bad) {
+                        printf(", its own 8-byte payload slot holds %" PRIu64 ", want %u: ", fv, r + 1);
+                        if (later == (uint64_t)r + 1)
+                            printf("placed %.0f us AFTER the completion", late_us);
+                        else
+                            printf("still %" PRIu64 " after 5 ms", later);
+                    }
                     printf("\n");
                 }
             }
@@ -376,8 +409,8 @@ static int serve_one(int fd, const struct request *rq) {
             dm.ok = 0;
         vd.stale_now = bad_rounds;
         if (bad_rounds)
-            printf("server: flag: %u of %u rounds found their data or flag not in place at the "
-                   "RECV_RDMA_WITH_IMM completion\n",
+            printf("server: flag: %u of %u rounds found their data, counter or payload not in place at "
+                   "the RECV_RDMA_WITH_IMM completion\n",
                    bad_rounds, rq->rounds);
         ok = dm.ok && !bad_rounds && !timed_out;
     } else if (rq->test == T_ZERO) {
@@ -566,35 +599,44 @@ static int client_flag(int fd, uint32_t rounds, uint32_t window) {
         printf("client: flag: bad parameters (1 <= window <= %d, rounds > 0)\n", MAXWIN);
         return 0;
     }
-    uint32_t depth = 2 * window + 8;
+    /* Three WRs a round: data block, counter, WRITE_WITH_IMM. */
+    uint32_t depth = 3 * window + 8;
     struct request rq = {.test = T_FLAG, .rounds = rounds, .window = window, .depth = depth, .nqp = 1};
     struct session s;
     open_session(&s, fd, &rq);
-    size_t len = (size_t)window * FLAG_BLOCK + 64 * (size_t)window;
+    /* Local sources: the remote layout (blocks, then 64-byte lines) with a counter line per
+     * slot as well, so a slot's sources are reused only after its round was acknowledged. */
+    size_t len = flag_len(window) + 64 * (size_t)window;
     unsigned char *src = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
     if (!src)
         die("aligned_alloc");
     struct ibv_mr *mr = ibv_reg_mr(pd, src, len, IBV_ACCESS_LOCAL_WRITE);
     if (!mr)
         die("ibv_reg_mr");
-    uint64_t flag_addr = s.rp.addr + (uint64_t)window * FLAG_BLOCK;
+    static const char *what[3] = {"data WRITE", "counter WRITE", "WRITE_WITH_IMM"};
     uint32_t posted = 0, acked = 0, outstanding = 0, ok = 1, completions = 0;
     while (acked < rounds && ok) {
-        while (posted < rounds && posted - acked < window && outstanding + 2 <= depth) {
+        while (posted < rounds && posted - acked < window && outstanding + 3 <= depth) {
             uint32_t r = posted, b = r % window;
             uint64_t *blk = (uint64_t *)(src + (size_t)b * FLAG_BLOCK);
             for (uint32_t j = 0; j < FLAG_BLOCK / 8; j++)
                 blk[j] = flag_word(r, j);
-            uint64_t *fl = (uint64_t *)(src + (size_t)window * FLAG_BLOCK + 64 * b);
-            *fl = (uint64_t)r + 1;
+            uint64_t *fl = (uint64_t *)(src + flag_slot_off(window, b));
+            uint64_t *cn = (uint64_t *)(src + flag_len(window) + 64 * (size_t)b);
+            *fl = *cn = (uint64_t)r + 1;
             struct ibv_sge dsge = {.addr = (uintptr_t)blk, .length = FLAG_BLOCK, .lkey = mr->lkey};
+            struct ibv_sge csge = {.addr = (uintptr_t)cn, .length = 8, .lkey = mr->lkey};
             struct ibv_sge fsge = {.addr = (uintptr_t)fl, .length = 8, .lkey = mr->lkey};
-            struct ibv_send_wr fwr = {.wr_id = 2 * (uint64_t)r + 1, .sg_list = r % 2 ? NULL : &fsge,
+            struct ibv_send_wr fwr = {.wr_id = 3 * (uint64_t)r + 2, .sg_list = r % 2 ? NULL : &fsge,
                                       .num_sge = r % 2 ? 0 : 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
                                       .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(r)};
-            fwr.wr.rdma.remote_addr = flag_addr;
+            fwr.wr.rdma.remote_addr = s.rp.addr + flag_slot_off(window, b);
             fwr.wr.rdma.rkey = s.rp.rkey;
-            struct ibv_send_wr dwr = {.wr_id = 2 * (uint64_t)r, .next = &fwr, .sg_list = &dsge, .num_sge = 1,
+            struct ibv_send_wr cwr = {.wr_id = 3 * (uint64_t)r + 1, .next = &fwr, .sg_list = &csge, .num_sge = 1,
+                                      .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+            cwr.wr.rdma.remote_addr = s.rp.addr + flag_counter_off(window);
+            cwr.wr.rdma.rkey = s.rp.rkey;
+            struct ibv_send_wr dwr = {.wr_id = 3 * (uint64_t)r, .next = &cwr, .sg_list = &dsge, .num_sge = 1,
                                       .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED},
                                *bad;
             dwr.wr.rdma.remote_addr = s.rp.addr + (uint64_t)b * FLAG_BLOCK;
@@ -602,12 +644,12 @@ static int client_flag(int fd, uint32_t rounds, uint32_t window) {
             int e = ibv_post_send(s.qp[0], &dwr, &bad);
             if (e) {
                 printf("client: flag: ibv_post_send of round %u failed (%s) at the %s\n", r, strerror(e),
-                       bad == &fwr ? "WRITE_WITH_IMM" : "data WRITE");
+                       bad == &fwr ? what[2] : bad == &cwr ? what[1] : what[0]);
                 ok = 0;
                 break;
             }
             posted++;
-            outstanding += 2;
+            outstanding += 3;
         }
         if (!ok)
             break;
@@ -618,8 +660,8 @@ static int client_flag(int fd, uint32_t rounds, uint32_t window) {
             completions++;
             outstanding--;
             if (wc.status != IBV_WC_SUCCESS) {
-                printf("client: flag: round %u's %s completed with status %d (%s)\n", (uint32_t)(wc.wr_id / 2),
-                       wc.wr_id % 2 ? "WRITE_WITH_IMM" : "data WRITE", wc.status, ibv_wc_status_str(wc.status));
+                printf("client: flag: round %u's %s completed with status %d (%s)\n", (uint32_t)(wc.wr_id / 3),
+                       what[wc.wr_id % 3], wc.status, ibv_wc_status_str(wc.status));
                 ok = 0;
             }
         }
@@ -627,7 +669,7 @@ static int client_flag(int fd, uint32_t rounds, uint32_t window) {
             die("ibv_poll_cq");
         if (!ok)
             break;
-        if (posted - acked >= window || posted == rounds || outstanding + 2 > depth) {
+        if (posted - acked >= window || posted == rounds || outstanding + 3 > depth) {
             if (acked < posted) {
                 uint32_t r;
                 xrecv(fd, &r, sizeof r, "flag ack");
@@ -653,30 +695,28 @@ static int client_flag(int fd, uint32_t rounds, uint32_t window) {
         completions++;
         outstanding--;
         if (wc.status != IBV_WC_SUCCESS) {
-            printf("client: flag: completion status %d (%s)\n", wc.status, ibv_wc_status_str(wc.status));
+            printf("client: flag: round %u's %s completed with status %d (%s)\n", (uint32_t)(wc.wr_id / 3),
+                   what[wc.wr_id % 3], wc.status, ibv_wc_status_str(wc.status));
             ok = 0;
         }
     }
-    int good;
-    struct verdict vd = {0};
-    if (ok) {
-        vd = finish(&s, ok, completions);
-        good = vd.ok;
-    } else {
-        /* The server may be stuck waiting for a round that never comes: end the program. */
-        good = 0;
+    if (!ok) {
+        /* The server may be waiting for a round that never comes: end the program. */
         printf("SUBTEST flag rounds=%u window=%u: FAIL (client side, %u rounds acknowledged)\n", rounds, window,
                acked);
+        printf("RESULT FAIL\n");
         fflush(stdout);
         exit(1);
     }
+    struct verdict vd = finish(&s, ok, completions);
+    int good = vd.ok;
     close_session(&s);
     ibv_dereg_mr(mr);
     free(src);
     printf("SUBTEST flag rounds=%u window=%u: %s", rounds, window, good ? "ok" : "FAIL");
     if (!good)
-        printf(" (%u of %u rounds found their data or flag not in place at the RECV_RDMA_WITH_IMM "
-               "completion; the server printed them)",
+        printf(" (%u of %u rounds found their data, counter or payload not in place at the "
+               "RECV_RDMA_WITH_IMM completion; the server printed them)",
                vd.stale_now, rounds);
     printf(" [%.2f s]\n", now_s() - t0);
     fflush(stdout);
