@@ -570,9 +570,17 @@ pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
     }
 }
 
-/// Ask the engine to give the QP its stream: RTR (native) or RTS (RoCEv2).
-pub fn request_stream(e: &EngineCtl, qp: Arc<QpShared>, peer: Ipv4Addr) {
+/// Ask the engine to give the QP its stream: RTR (native) or RTS (RoCEv2). The receiver
+/// gets `()` once the engine has run the request: the stream exists then, or (native, the
+/// side that accepts) the QP is registered to get it when the peer's connection arrives, so a
+/// request from the peer can no longer find no stream. `ibv_modify_qp` waits for it.
+pub fn request_stream(
+    e: &EngineCtl,
+    qp: Arc<QpShared>,
+    peer: Ipv4Addr,
+) -> crossbeam_channel::Receiver<()> {
     let my_ip = e.ip;
+    let (done, rx) = crossbeam_channel::bounded(1);
     e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
         let conn = {
             let c = lock(&global().conns);
@@ -601,7 +609,9 @@ pub fn request_stream(e: &EngineCtl, qp: Arc<QpShared>, peer: Ipv4Addr) {
                     .push(qp);
             }
         }
+        let _ = done.send(());
     }))));
+    rx
 }
 
 /// Destroy a QP's stream (native; RoCEv2 QPs stay in the engine, idle). Unused:

@@ -1177,7 +1177,17 @@ pub unsafe extern "C" fn ibv_modify_qp(
     drop(inner);
     if request {
         if let (Some(e), Some(peer)) = (state::engine_if_running(), peer) {
-            state::request_stream(e, st.clone(), peer);
+            // Return only once the engine has the stream: the application tells its peer it
+            // is ready as soon as this returns, and the peer's first request must not reach
+            // an engine that has not yet run the command (native: the request is refused as
+            // for an unknown stream, IBV_WC_REM_INV_REQ_ERR at the peer's first WR).
+            let ran = state::request_stream(e, st.clone(), peer);
+            if ran.recv_timeout(std::time::Duration::from_secs(5)).is_err() {
+                dbg_log!(
+                    "QP {:#x}: the engine did not run the stream request within 5 s",
+                    st.qpn
+                );
+            }
         }
     }
     if st.mode == Mode::Roce && new == IBV_QPS_RTR && cur == IBV_QPS_INIT {
