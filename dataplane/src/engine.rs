@@ -395,12 +395,18 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// Pacing catch-up of a connection this engine runs: it reads its clock once per poll, and a
+/// poll (a burst in, a burst out, the applications' commands) can last longer than one
+/// packet's gap at the hinted rate; without credit the rate would be one packet per poll.
+pub const ENGINE_PACE_CATCH_UP: u32 = 16;
+
 /// A native-protocol transport sized for `ip_mtu`.
 pub fn native_transport(
     ip_mtu: u16,
     mut cfg: ferroce_transport::EndpointConfig,
 ) -> Box<dyn Transport + Send> {
     cfg.conn.mtu = payload_mtu(ip_mtu);
+    cfg.conn.pace_catch_up = cfg.conn.pace_catch_up.max(ENGINE_PACE_CATCH_UP);
     Box::new(Endpoint::new(cfg))
 }
 

@@ -88,6 +88,12 @@ pub struct ConnConfig {
     /// pseudo-random point of this span after it (ns): data flows in the first RTT, and N
     /// senders starting together put at most N packets, spread, into the receiver's queue.
     pub pilot_spread_ns: u64,
+    /// Packets a paced connection that was due but polled late may send back to back to
+    /// catch up with its rate (never after idling or being held by a window or a full NIC
+    /// port). 0 for hosts that run the core exactly at its deadlines (the simulator); an
+    /// engine that reads its clock once per poll needs some, or a poll longer than one gap
+    /// caps it at one packet per poll.
+    pub pace_catch_up: u32,
     /// DCTCP gain g for the per-path marked-fraction average.
     pub dctcp_g: f64,
     /// Floor of the multiplicative decrease factor.
@@ -117,6 +123,7 @@ impl Default for ConnConfig {
             cold_after_ns: 1_000_000,
             hint_hold_ns: 6_000,
             pilot_spread_ns: 12_000,
+            pace_catch_up: 0,
             dctcp_g: 1.0 / 16.0,
             md_floor: 0.5,
         }

@@ -11,6 +11,7 @@ impl Connection {
         }
         self.counters.acks_received += 1;
         self.last_ack_at = now;
+        self.ack_req_out = false;
         let was_cold = self.hint_req_at.take().is_some();
         self.hint_tries = 0;
         if a.rate_hint_mbps != 0 {

@@ -240,6 +240,9 @@ pub struct Connection {
     /// that is still ahead (then `poll_timeout` reports it).
     pace_next: u64,
     pace_armed: bool,
+    /// The next packet starts a new paced run (after idling or being held by a window or a
+    /// NIC port): it gets no catch-up credit.
+    pace_fresh: bool,
     /// When the last ACK arrived (0: never), for the cold-start rule.
     last_ack_at: u64,
     /// Outstanding cold-start hint request, and how many were sent without an answer.
@@ -252,6 +255,8 @@ pub struct Connection {
     pilot_sent_at: Option<u64>,
     /// Payload bytes of ORDERED packets held for their turn (§7.2), all streams.
     held_bytes: u64,
+    /// An ACK_REQ went out and no ACK has come back since.
+    ack_req_out: bool,
     pub counters: ConnCounters,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<Event>,
@@ -273,9 +278,6 @@ pub fn path_entropy(seed: u64, i: u8, g: u32) -> u16 {
 /// Ethernet + IPv4 + UDP headers, FCS, preamble and inter-frame gap: what a packet costs on
 /// the wire beyond its UDP payload (pacing counts wire bytes, like the receiver's capacity).
 const WIRE_OVERHEAD: usize = 14 + 20 + 8 + 4 + 20;
-/// Packets a paced connection may send back to back after being idle: none, so a fair share
-/// is a steady stream from the first packet.
-const PACE_BURST: u64 = 1;
 /// Smallest window the hint allows, in packets.
 const HINT_WINDOW_MIN: f64 = 4.0;
 /// Store-and-forward hops a pilot's queueing estimate allows for (a 3-tier Clos).
@@ -406,9 +408,11 @@ impl Connection {
             in_rx_active: false,
             no_progress_rtos: 0,
             held_bytes: 0,
+            ack_req_out: false,
             rack_time: 0,
             pace_next: 0,
             pace_armed: false,
+            pace_fresh: true,
             last_ack_at: 0,
             hint_req_at: None,
             hint_tries: 0,
@@ -595,6 +599,7 @@ impl Connection {
         self.port_blocked = false;
         if self.tx_ready == 0 {
             self.port_blocked = true;
+            self.pace_fresh = true;
             return None;
         }
         self.last_tx_port = 0;

@@ -67,8 +67,11 @@ impl Connection {
                     if rx.first_unacked_at.is_none() {
                         rx.first_unacked_at = Some(now);
                     }
-                    if !in_order || fl & (flags::ACK_REQ | flags::LAST) != 0 || rx.unacked >= every
-                    {
+                    // The last packet of a multi-packet message is acknowledged at once (its
+                    // WR completes on it); single-packet messages coalesce, and a sender with
+                    // nothing queued after one asks with ACK_REQ.
+                    let multi_last = fl & flags::LAST != 0 && d.msg.offset > 0;
+                    if !in_order || fl & flags::ACK_REQ != 0 || multi_last || rx.unacked >= every {
                         rx.ack_now = true;
                         self.queue_ack(path);
                     }

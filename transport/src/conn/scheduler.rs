@@ -97,6 +97,7 @@ impl Connection {
         }
         let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
         if inflight > 0 && inflight as f64 + self.mtu as f64 > self.conn_window() {
+            self.pace_fresh = true; // held by the window, not late: no catch-up credit
             return None;
         }
         // Cold start: with no ACK heard (or none for `cold_after`), ask the receiver for its
@@ -161,9 +162,15 @@ impl Connection {
             return None;
         }
         // Nothing goes out unless some path has room for a full packet.
-        self.pick_path(self.mtu, u8::MAX)?;
+        if self.pick_path(self.mtu, u8::MAX).is_none() {
+            self.pace_fresh = true;
+            return None;
+        }
         loop {
-            let (chunk, avoid, retx) = self.next_chunk()?;
+            let Some((chunk, avoid, retx)) = self.next_chunk() else {
+                self.pace_fresh = true; // nothing to send: idle time earns no credit
+                return None;
+            };
             match self.build_packet(now, chunk, avoid, retx, None, buf, mem) {
                 Ok(Some(x)) => {
                     self.pilot_sent_at = None;
@@ -172,6 +179,7 @@ impl Connection {
                 Ok(None) => {
                     // No path has room after all: put the chunk back at the front.
                     self.retx.push_front((chunk, avoid));
+                    self.pace_fresh = true;
                     return None;
                 }
                 Err(()) => continue, // the chunk's WR failed locally; try the next one
@@ -346,14 +354,20 @@ impl Connection {
         if ordered {
             fl |= flags::ORDERED;
         }
-        if self.has_unsent() {
+        let backlog = self.has_unsent();
+        if backlog {
             fl |= flags::BACKLOG;
         }
-        // This packet fills the window: ask for an ACK at once rather than after the
-        // receiver's delayed-ACK timer, or a small window idles for that long every round.
+        // Ask for an ACK at once rather than after the receiver's delayed-ACK timer when
+        // nothing follows this packet (the end of a flight: no later packet would trigger
+        // the receiver's ACK count), and when it fills the window, or a small window idles
+        // for that long every round; the latter once until an ACK comes back, or a sender
+        // held at its window would ask on every packet and get one ACK per packet.
         let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
-        if forced.is_some() || (inflight + 2 * mtu as u64) as f64 > self.conn_window() {
+        let fills = (inflight + 2 * mtu as u64) as f64 > self.conn_window();
+        if forced.is_some() || (last && !backlog) || (fills && !self.ack_req_out) {
             fl |= flags::ACK_REQ;
+            self.ack_req_out = true;
         }
         let path = &self.paths[pi];
         let pkt = Packet {
@@ -388,11 +402,19 @@ impl Connection {
         }
         let len = wire::seal(buf, h + plen as usize);
         if self.peer_hint_mbps != 0 {
-            // Token bucket: the hinted rate on wire bytes, a burst of at most PACE_BURST packets.
+            // The hinted rate on wire bytes. A sender that was due but polled late (an engine
+            // reads its clock once per poll, and a poll can take longer than a gap) catches up
+            // on up to `pace_catch_up` packets at once, so the rate stays the hint's; a sender
+            // that was idle, or held by its window or a full NIC port, earns no credit.
             let wire = (len + WIRE_OVERHEAD) as f64;
             let gap = (wire * 8000.0 / self.peer_hint_mbps as f64) as u64;
-            let burst = gap * (PACE_BURST - 1);
-            self.pace_next = self.pace_next.max(now.saturating_sub(burst)) + gap;
+            let from = if std::mem::take(&mut self.pace_fresh) {
+                self.pace_next.max(now)
+            } else {
+                self.pace_next
+                    .max(now.saturating_sub(gap * self.cfg.pace_catch_up as u64))
+            };
+            self.pace_next = from + gap;
             self.pace_armed = self.pace_next > now;
         }
         let entropy = self.paths[pi].entropy;
