@@ -8,8 +8,9 @@ use crate::conn::{splitmix64, ConnState, Connection};
 use crate::counters::EndpointCounters;
 use crate::mem::Memory;
 use crate::wire::{Body, Packet, WireError, NATIVE_UDP_PORT};
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::net::Ipv4Addr;
 
 /// All native connections of one host.
@@ -46,7 +47,7 @@ impl Endpoint {
             id_state: cfg.seed,
             cfg,
             conns: BTreeMap::new(),
-            by_peer: HashMap::new(),
+            by_peer: HashMap::default(),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             dirty: Vec::new(),

@@ -5,7 +5,7 @@
 //! domains and bounds; [`Regions`] is a safe, complete implementation backed by owned buffers
 //! (used by the simulator and tests; the verbs shim provides one over real registered memory).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Access rights of a memory region (verbs `IBV_ACCESS_*` semantics).
 pub mod access {
@@ -108,7 +108,7 @@ pub struct Regions {
 impl Regions {
     pub fn new() -> Self {
         Regions {
-            regions: HashMap::new(),
+            regions: HashMap::default(),
             next_key: 0x100,
         }
     }

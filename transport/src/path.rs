@@ -247,7 +247,9 @@ impl TxPath {
         }
     }
 
-    /// Process one ACK for this path.
+    /// Process one ACK for this path into `out` (cleared first; the caller keeps it, so an
+    /// ACK allocates nothing once its vectors have grown).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_ack(
         &mut self,
         now: u64,
@@ -256,8 +258,12 @@ impl TxPath {
         ecn_ce: u32,
         rtt_sample: Option<u64>,
         cfg: &ConnConfig,
-    ) -> AckOutcome {
-        let mut out = AckOutcome::default();
+        out: &mut AckOutcome,
+    ) {
+        out.acked.clear();
+        out.lost.clear();
+        out.progress = false;
+        out.newest_acked_sent_at = None;
         self.last_ack_at = now;
         // Highest PSN acknowledged by this ACK, if any.
         let mut highest: Option<u32> = None;
@@ -265,7 +271,7 @@ impl TxPath {
             // Cumulative part.
             let n_cum = psn_diff(cum, self.base_psn).clamp(0, self.sent.len() as i32) as usize;
             for i in 0..n_cum {
-                self.ack_index(i, &mut out);
+                self.ack_index(i, out);
             }
             if psn_diff(cum, self.base_psn) > 0 && psn_lt(cum.wrapping_sub(1), self.next_psn) {
                 highest = Some(cum.wrapping_sub(1));
@@ -279,7 +285,7 @@ impl TxPath {
                     let psn = cum.wrapping_add(1 + w as u32 * 64 + b);
                     let d = psn_diff(psn, self.base_psn);
                     if d >= 0 && (d as usize) < self.sent.len() {
-                        self.ack_index(d as usize, &mut out);
+                        self.ack_index(d as usize, out);
                     }
                     if d >= 0 && psn_lt(psn, self.next_psn) {
                         highest = Some(match highest {
@@ -319,9 +325,8 @@ impl TxPath {
         if let Some(rtt) = rtt_sample {
             self.on_rtt(rtt, cfg);
         }
-        self.on_ecn(cum, ecn_ce, &out, cfg);
+        self.on_ecn(cum, ecn_ce, out, cfg);
         self.trim();
-        out
     }
 
     /// `n` packets of this path were declared lost.
@@ -736,7 +741,8 @@ mod tests {
                         if rand(5) == 0 {
                             continue; // lost ACK
                         }
-                        let out = tx.on_ack(now, cum, &sack, 0, None, &cfg);
+                        let mut out = AckOutcome::default();
+                        tx.on_ack(now, cum, &sack, 0, None, &cfg, &mut out);
                         for c in out.acked {
                             assert!(
                                 received.contains(&c),

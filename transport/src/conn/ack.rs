@@ -63,12 +63,15 @@ impl Connection {
                 self.pace_armed = self.pace_next > now;
             }
         }
-        let out = self.paths[p].on_ack(now, a.cum_psn, &a.sack, a.ecn_ce, rtt_sample, &self.cfg);
+        let mut out = std::mem::take(&mut self.ack_scratch);
+        self.paths[p].on_ack(
+            now, a.cum_psn, &a.sack, a.ecn_ce, rtt_sample, &self.cfg, &mut out,
+        );
         if out.progress {
             self.no_progress_rtos = 0;
         }
         self.counters.sack_holes += out.lost.len() as u64;
-        for c in out.lost {
+        for c in out.lost.drain(..) {
             self.retx.push_back((c, path));
         }
         if let Some(t) = out.newest_acked_sent_at {
@@ -77,8 +80,8 @@ impl Connection {
             }
             self.detect_time_losses(now);
         }
-        let mut touched: Vec<u32> = Vec::new();
-        for c in out.acked {
+        let mut touched: SmallVec<[u32; 4]> = SmallVec::new();
+        for c in out.acked.drain(..) {
             match c {
                 ChunkRef::Req { stream, msn, chunk } => {
                     if let Some(s) = self.streams.get_mut(&stream) {
@@ -103,6 +106,7 @@ impl Connection {
                 }
             }
         }
+        self.ack_scratch = out;
         for s in touched {
             self.complete_requests(s);
         }

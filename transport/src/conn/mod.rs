@@ -5,12 +5,14 @@ use crate::bits::Bits;
 use crate::config::ConnConfig;
 use crate::counters::ConnCounters;
 use crate::mem::{access, AtomicOp, MemError, Memory};
-use crate::path::{ChunkRef, PathState, RxPath, RxVerdict, TxPath};
+use crate::path::{AckOutcome, ChunkRef, PathState, RxPath, RxVerdict, TxPath};
 use crate::wire::{
     self, flags, AckRepr, Body, CloseRepr, DataOp, DataRepr, MsgHeader, NackReason, NackRepr,
     OpenRepr, Packet, ProbeRepr, SeqHeader,
 };
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
 mod ack;
@@ -257,6 +259,8 @@ pub struct Connection {
     held_bytes: u64,
     /// An ACK_REQ went out and no ACK has come back since.
     ack_req_out: bool,
+    /// What the last ACK told a path, kept so that an ACK allocates nothing.
+    ack_scratch: AckOutcome,
     pub counters: ConnCounters,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<Event>,
@@ -380,7 +384,7 @@ impl Connection {
             seed,
             paths: Vec::new(),
             rx_paths: Vec::new(),
-            streams: HashMap::new(),
+            streams: HashMap::default(),
             active: VecDeque::new(),
             resp_queue: VecDeque::new(),
             retx: VecDeque::new(),
@@ -409,6 +413,7 @@ impl Connection {
             no_progress_rtos: 0,
             held_bytes: 0,
             ack_req_out: false,
+            ack_scratch: AckOutcome::default(),
             rack_time: 0,
             pace_next: 0,
             pace_armed: false,

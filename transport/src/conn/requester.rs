@@ -28,10 +28,10 @@ impl Connection {
                 cursor_msn: 0,
                 cursor_chunk: 0,
                 rx_base_msn: 0,
-                rx_msgs: HashMap::new(),
+                rx_msgs: HashMap::default(),
                 posted: VecDeque::new(),
                 consumed_rsn: 0,
-                responses: HashMap::new(),
+                responses: HashMap::default(),
             },
         );
         Ok(())

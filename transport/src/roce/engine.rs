@@ -9,7 +9,8 @@ use super::wire::{self, Flow, Packet, PacketView, WireError, IPV4_HEADER_LEN, QP
 use super::{RoceConfig, RoceCounters};
 use crate::api::*;
 use crate::mem::Memory;
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
 /// Explicit QP attributes (what a verbs application sets with `ibv_modify_qp`).
@@ -71,7 +72,7 @@ impl RoceEndpoint {
             cfg,
             peers: Vec::new(),
             qps: Vec::new(),
-            by_key: HashMap::new(),
+            by_key: HashMap::default(),
             rr: 0,
             completions: VecDeque::new(),
             events: VecDeque::new(),
