@@ -63,6 +63,10 @@ pub struct TxPath {
     /// PSN of `sent[0]`.
     base_psn: u32,
     sent: VecDeque<Sent>,
+    /// Send times of the oldest and the newest packet in flight, kept where fates change
+    /// (`on_send`, `trim`), so the deadlines read two fields instead of the `sent` queue.
+    oldest_at: Option<u64>,
+    newest_at: Option<u64>,
     pub inflight_bytes: u64,
     pub cwnd: f64,
     pub max_cwnd: f64,
@@ -130,6 +134,8 @@ impl TxPath {
             next_psn: 0,
             base_psn: 0,
             sent: VecDeque::new(),
+            oldest_at: None,
+            newest_at: None,
             inflight_bytes: 0,
             cwnd: init_cwnd,
             max_cwnd,
@@ -180,6 +186,8 @@ impl TxPath {
     pub fn on_send(&mut self, chunk: ChunkRef, bytes: u32, now: u64, retx: bool) -> u32 {
         let psn = self.next_psn;
         self.next_psn = psn.wrapping_add(1);
+        self.newest_at = Some(now);
+        self.oldest_at.get_or_insert(now);
         self.sent.push_back(Sent {
             chunk,
             bytes,
@@ -237,6 +245,7 @@ impl TxPath {
         Some(c)
     }
 
+    /// Forget the packets before the oldest one in flight; every change of a fate ends here.
     fn trim(&mut self) {
         while let Some(f) = self.sent.front() {
             if f.fate == Fate::InFlight {
@@ -245,6 +254,13 @@ impl TxPath {
             self.sent.pop_front();
             self.base_psn = self.base_psn.wrapping_add(1);
         }
+        self.oldest_at = self.sent.front().map(|s| s.sent_at);
+        self.newest_at = self
+            .sent
+            .iter()
+            .rev()
+            .find(|s| s.fate == Fate::InFlight)
+            .map(|s| s.sent_at);
     }
 
     /// Process one ACK for this path into `out` (cleared first; the caller keeps it, so an
@@ -382,11 +398,9 @@ impl TxPath {
 
     /// When `detect_time_losses` would next find something, given no further ACK.
     pub(crate) fn time_loss_deadline(&self, rack_time: u64, delay: u64) -> Option<u64> {
-        self.sent
-            .iter()
-            .find(|s| s.fate == Fate::InFlight)
-            .filter(|s| s.sent_at < rack_time)
-            .map(|s| s.sent_at.max(self.last_ack_at) + delay)
+        self.oldest_at
+            .filter(|&t| t < rack_time)
+            .map(|t| t.max(self.last_ack_at) + delay)
     }
 
     fn ack_index(&mut self, i: usize, out: &mut AckOutcome) {
@@ -479,16 +493,12 @@ impl TxPath {
 
     /// Whether any packet of the path is in flight (a zero-byte one included).
     pub(crate) fn has_in_flight(&self) -> bool {
-        // After `trim` the oldest entry is in flight, if there is one.
-        self.sent.front().is_some_and(|s| s.fate == Fate::InFlight)
+        self.oldest_at.is_some()
     }
 
     /// Deadline of the tail-loss timer: the oldest packet in flight plus the RTO.
     pub fn rto_deadline(&self) -> Option<u64> {
-        self.sent
-            .iter()
-            .find(|s| s.fate == Fate::InFlight)
-            .map(|s| s.sent_at + self.rto_ns)
+        self.oldest_at.map(|t| t + self.rto_ns)
     }
 
     /// Tail-loss probe deadline: the path has had data in flight and heard nothing for
@@ -500,13 +510,13 @@ impl TxPath {
         if self.tlps_sent >= MAX_TLPS {
             return None;
         }
-        let newest = self.sent.iter().rev().find(|s| s.fate == Fate::InFlight)?;
+        let newest_at = self.newest_at?;
         let srtt = self.srtt_ns.map(|s| s as u64).unwrap_or(base_rtt);
         // A short path (same rack) has a tiny srtt but queues at the same last hop as the
         // long ones: two srtts are not less than `floor` (the fabric RTT assumed for a path
         // before it has samples), or a few packets of incast queue make probes spurious.
         let wait = (2 * srtt).max(floor) + ack_delay;
-        let at = newest.sent_at.max(self.last_ack_at) + (wait << self.tlps_sent);
+        let at = newest_at.max(self.last_ack_at) + (wait << self.tlps_sent);
         self.rto_deadline().filter(|rto| at < *rto).map(|_| at)
     }
 
