@@ -127,6 +127,7 @@ impl Endpoint {
             return;
         };
         c.timer_dirty = false;
+        c.refresh_timers();
         let d = c.poll_timeout();
         if d != c.timer_at {
             c.timer_at = d;

@@ -491,6 +491,11 @@ impl TxPath {
         self.home_probe_seq = None;
     }
 
+    /// Send time of the oldest packet in flight.
+    pub(crate) fn oldest_in_flight(&self) -> Option<u64> {
+        self.oldest_at
+    }
+
     /// Whether any packet of the path is in flight (a zero-byte one included).
     pub(crate) fn has_in_flight(&self) -> bool {
         self.oldest_at.is_some()

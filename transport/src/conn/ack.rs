@@ -64,9 +64,11 @@ impl Connection {
             }
         }
         let mut out = std::mem::take(&mut self.ack_scratch);
+        self.mark_path(p);
         self.paths[p].on_ack(
             now, a.cum_psn, &a.sack, a.ecn_ce, rtt_sample, &self.cfg, &mut out,
         );
+        self.min_rtt_all = self.min_rtt_all.min(self.paths[p].min_rtt_ns);
         if out.progress {
             self.no_progress_rtos = 0;
         }
@@ -131,6 +133,9 @@ impl Connection {
                 }
             })
         };
+        if chunk.is_some() {
+            self.mark_path(path as usize);
+        }
         let (stream, msn, chunk) = match chunk {
             Some(ChunkRef::Req { stream, msn, chunk }) => {
                 (stream, msn, Some(ChunkRef::Req { stream, msn, chunk }))

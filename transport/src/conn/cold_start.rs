@@ -16,13 +16,14 @@ impl Connection {
         }
     }
 
+    /// The smallest RTT any path has measured (kept as a running minimum on every ACK, since
+    /// a path's minimum only falls), or `initial_rtt` before the first sample.
     pub(super) fn base_rtt(&self) -> u64 {
-        self.paths
-            .iter()
-            .map(|p| p.min_rtt_ns)
-            .min()
-            .filter(|r| *r != u64::MAX)
-            .unwrap_or(self.cfg.initial_rtt_ns)
+        if self.min_rtt_all == u64::MAX {
+            self.cfg.initial_rtt_ns
+        } else {
+            self.min_rtt_all
+        }
     }
 
     /// Bytes the hint allows in flight: rate × (base RTT × 1.25 + the receiver's ACK delay),

@@ -32,6 +32,8 @@ impl Connection {
         }
         self.rx_paths = (0..n).map(|_| RxPath::default()).collect();
         self.ack_queued = vec![false; n as usize];
+        self.pt_all = true;
+        self.min_rtt_all = u64::MAX;
         self.peer_conn = peer.src_conn;
         self.state = ConnState::Open;
     }
@@ -56,6 +58,7 @@ impl Connection {
             p.abandon_all();
             p.probe_at = None;
         }
+        self.pt_all = true;
         self.events.push_back(Event::Failed { conn: self.id });
     }
 

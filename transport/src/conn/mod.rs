@@ -184,6 +184,24 @@ enum Ctrl {
     ProbeAck(u8, ProbeRepr, u16, u8),
 }
 
+/// One row of the timer table: a path's own next deadline (RTO, tail-loss probe, probes;
+/// `u64::MAX`: none), and what its time-loss deadline needs (the send time of its oldest
+/// packet in flight, and the deadline once a later packet has been acknowledged).
+#[derive(Clone, Copy, Debug)]
+struct PathTimes {
+    own: u64,
+    oldest: u64,
+    time_loss: u64,
+}
+
+impl PathTimes {
+    const NONE: PathTimes = PathTimes {
+        own: u64::MAX,
+        oldest: u64::MAX,
+        time_loss: u64::MAX,
+    };
+}
+
 /// One connection: the sans-IO state machine for a peer host.
 #[derive(Debug)]
 pub struct Connection {
@@ -261,6 +279,16 @@ pub struct Connection {
     ack_req_out: bool,
     /// What the last ACK told a path, kept so that an ACK allocates nothing.
     ack_scratch: AckOutcome,
+    /// The timer table: one row per path, recomputed only for the paths that changed
+    /// (`pt_dirty`), or all of them when something every row depends on moved (`pt_all`, or
+    /// base RTT and pilot wait differing from `pt_key`).
+    ptimes: Vec<PathTimes>,
+    pt_dirty: Vec<bool>,
+    pt_list: Vec<u8>,
+    pt_all: bool,
+    pt_key: (u64, Option<u64>),
+    /// Smallest RTT sample of any path (`u64::MAX`: none yet); per-path minima only fall.
+    min_rtt_all: u64,
     pub counters: ConnCounters,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<Event>,
@@ -414,6 +442,12 @@ impl Connection {
             held_bytes: 0,
             ack_req_out: false,
             ack_scratch: AckOutcome::default(),
+            ptimes: Vec::new(),
+            pt_dirty: Vec::new(),
+            pt_list: Vec::new(),
+            pt_all: true,
+            pt_key: (0, None),
+            min_rtt_all: u64::MAX,
             rack_time: 0,
             pace_next: 0,
             pace_armed: false,
@@ -492,6 +526,47 @@ impl Connection {
             }
             p.fail(now);
         }
+        self.pt_all = true;
+    }
+
+    /// Path `i` changed in a way its deadlines depend on.
+    fn mark_path(&mut self, i: usize) {
+        if let Some(d) = self.pt_dirty.get_mut(i) {
+            if !*d {
+                *d = true;
+                self.pt_list.push(i as u8);
+            }
+        }
+    }
+
+    /// Bring the timer table up to date (the endpoint calls this before `poll_timeout`).
+    pub(crate) fn refresh_timers(&mut self) {
+        let key = (self.base_rtt(), self.pilot_wait_until());
+        if key != self.pt_key || self.pt_all || self.ptimes.len() != self.paths.len() {
+            self.pt_key = key;
+            self.pt_all = false;
+            self.ptimes.resize(self.paths.len(), PathTimes::NONE);
+            self.pt_dirty.resize(self.paths.len(), false);
+            for i in 0..self.paths.len() {
+                self.ptimes[i] = self.path_times(i);
+            }
+        } else {
+            for k in 0..self.pt_list.len() {
+                let i = self.pt_list[k] as usize;
+                self.ptimes[i] = self.path_times(i);
+            }
+        }
+        for &i in &self.pt_list {
+            self.pt_dirty[i as usize] = false;
+        }
+        self.pt_list.clear();
+    }
+
+    fn timers_clean(&self) -> bool {
+        !self.pt_all
+            && self.pt_list.is_empty()
+            && self.ptimes.len() == self.paths.len()
+            && (self.base_rtt(), self.pilot_wait_until()) == self.pt_key
     }
 
     /// Work requests not yet completed, across all streams (send side).

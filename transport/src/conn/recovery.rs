@@ -14,6 +14,9 @@ impl Connection {
             }
             let d = self.paths[i].loss_delay(base, ack_delay);
             let lost = self.paths[i].detect_time_losses(now, self.rack_time, d);
+            if !lost.is_empty() {
+                self.mark_path(i);
+            }
             self.counters.time_losses += lost.len() as u64;
             for c in lost {
                 self.retx.push_back((c, i as u8));
@@ -22,6 +25,7 @@ impl Connection {
     }
 
     pub(super) fn on_probe_ack(&mut self, path: u8, pr: &ProbeRepr) {
+        self.mark_path(path as usize);
         if let Some(tp) = self.paths.get_mut(path as usize) {
             if tp.home_probe_seq == Some(pr.probe_seq) {
                 // The home plane answers again: go back, so every plane carries its share.
@@ -47,8 +51,32 @@ impl Connection {
 
     // ---- timers -------------------------------------------------------------------------
 
-    /// The connection's next deadline: one pass over the paths (each path's own timers read
-    /// in O(1)), one over the receive paths.
+    /// One row of the timer table, from path `i`'s state.
+    pub(super) fn path_times(&self, i: usize) -> PathTimes {
+        let (base, pilot_wait) = self.pt_key;
+        let ack_delay = self.cfg.ack_delay_ns;
+        let p = &self.paths[i];
+        let own = [
+            p.probe_at,
+            p.home_probe_at,
+            p.rto_deadline(),
+            Self::tlp_at(p, base, ack_delay, self.cfg.initial_rtt_ns, pilot_wait),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(u64::MAX);
+        PathTimes {
+            own,
+            oldest: p.oldest_in_flight().unwrap_or(u64::MAX),
+            time_loss: p
+                .time_loss_deadline(u64::MAX, p.loss_delay(base, ack_delay))
+                .unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The connection's next deadline. With the timer table up to date (the endpoint
+    /// refreshes it), a pass over its compact rows; otherwise from the paths themselves.
     pub fn poll_timeout(&self) -> Option<u64> {
         let mut t: Option<u64> = self.ctrl_at;
         let mut min = |x: Option<u64>| {
@@ -58,22 +86,45 @@ impl Connection {
         };
         let base = self.base_rtt();
         let ack_delay = self.cfg.ack_delay_ns;
-        let pilot_wait = self.pilot_wait_until();
-        for p in &self.paths {
-            min(p.probe_at);
-            min(p.home_probe_at);
-            if p.inflight_bytes == 0 && !p.has_in_flight() {
-                continue;
+        let clean = self.timers_clean();
+        #[cfg(debug_assertions)]
+        if clean {
+            // The table must say what the paths say (checked in debug builds).
+            for (i, e) in self.ptimes.iter().enumerate() {
+                let f = self.path_times(i);
+                debug_assert!(
+                    (e.own, e.oldest, e.time_loss) == (f.own, f.oldest, f.time_loss),
+                    "timer table row {i} stale: {e:?} vs {f:?}"
+                );
             }
-            min(p.rto_deadline());
-            min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, ack_delay)));
-            min(Self::tlp_at(
-                p,
-                base,
-                ack_delay,
-                self.cfg.initial_rtt_ns,
-                pilot_wait,
-            ));
+        }
+        if clean {
+            for e in &self.ptimes {
+                if e.own != u64::MAX {
+                    min(Some(e.own));
+                }
+                if e.oldest < self.rack_time {
+                    min(Some(e.time_loss));
+                }
+            }
+        } else {
+            let pilot_wait = self.pilot_wait_until();
+            for p in &self.paths {
+                min(p.probe_at);
+                min(p.home_probe_at);
+                if p.inflight_bytes == 0 && !p.has_in_flight() {
+                    continue;
+                }
+                min(p.rto_deadline());
+                min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, ack_delay)));
+                min(Self::tlp_at(
+                    p,
+                    base,
+                    ack_delay,
+                    self.cfg.initial_rtt_ns,
+                    pilot_wait,
+                ));
+            }
         }
         for r in &self.rx_paths {
             min(r.first_unacked_at.map(|f| f + ack_delay));
@@ -141,11 +192,13 @@ impl Connection {
                 if let Some(ch) = self.paths[i].take_tlp() {
                     self.tlp = Some((ch, i as u8));
                 }
+                self.mark_path(i);
             }
         }
         for i in 0..self.paths.len() {
             if let Some(d) = self.paths[i].rto_deadline() {
                 if d <= now {
+                    self.mark_path(i);
                     let lost = self.paths[i].on_rto(now, &self.cfg);
                     self.counters.rtos += 1;
                     if self.paths[i].state == PathState::Probing {
@@ -168,6 +221,7 @@ impl Connection {
             }
             if let Some(at) = self.paths[i].probe_at {
                 if at <= now {
+                    self.mark_path(i);
                     let p = &mut self.paths[i];
                     let next = match p.state {
                         PathState::Suspect
@@ -215,6 +269,7 @@ impl Connection {
         }
         for i in 0..self.paths.len() {
             let p = &mut self.paths[i];
+            let before = p.home_probe_at;
             // Away from home, probe the home plane soon, then less and less often: a plane
             // back after a short outage is taken up again within tens of microseconds, and a
             // long outage costs one probe per path per `probe_interval`.
@@ -232,6 +287,9 @@ impl Connection {
                     p.home_probes = p.home_probes.saturating_add(1);
                     self.ctrl_queue.push_back(Ctrl::HomeProbe(i as u8));
                 }
+            }
+            if p.home_probe_at != before {
+                self.mark_path(i);
             }
         }
         for i in 0..self.rx_paths.len() {

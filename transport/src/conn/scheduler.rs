@@ -420,6 +420,7 @@ impl Connection {
         let entropy = self.paths[pi].entropy;
         self.last_tx_port = self.paths[pi].plane;
         self.paths[pi].on_send(chunk, plen, now, retx);
+        self.mark_path(pi);
         self.counters.tx_pkts += 1;
         self.counters.tx_payload_bytes += plen as u64;
         if retx {
