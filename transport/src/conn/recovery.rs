@@ -185,7 +185,14 @@ impl Connection {
         let base = self.base_rtt();
         let pilot_wait = self.pilot_wait_until();
         let (ack_delay, floor) = (self.cfg.ack_delay_ns, self.cfg.initial_rtt_ns);
+        // With the table up to date, a path whose own deadline is still ahead has no TLP,
+        // RTO or probe due (a path changed below has its deadline behind, so it is looked at).
+        let clean = self.timers_clean();
+        let due = |c: &Connection, i: usize| !clean || c.ptimes[i].own <= now;
         for i in 0..self.paths.len() {
+            if !due(self, i) {
+                continue;
+            }
             if Self::tlp_at(&self.paths[i], base, ack_delay, floor, pilot_wait)
                 .is_some_and(|t| t <= now)
             {
@@ -196,6 +203,9 @@ impl Connection {
             }
         }
         for i in 0..self.paths.len() {
+            if !due(self, i) {
+                continue;
+            }
             if let Some(d) = self.paths[i].rto_deadline() {
                 if d <= now {
                     self.mark_path(i);
