@@ -9,6 +9,7 @@
 
 pub mod api;
 mod bits;
+pub mod cc;
 pub mod config;
 pub mod conn;
 pub mod counters;

@@ -1,6 +1,7 @@
 //! One path of a connection: its own entropy, PSN space, window, RTT and state, on the sending
 //! side; and its cumulative PSN plus 256-bit receive window on the receiving side.
 
+use crate::cc::{AckSample, Controller, Dctcp};
 use crate::config::ConnConfig;
 use crate::counters::PathCounters;
 use crate::wire::{psn_diff, psn_lt, Sack256};
@@ -68,8 +69,8 @@ pub struct TxPath {
     oldest_at: Option<u64>,
     newest_at: Option<u64>,
     pub inflight_bytes: u64,
-    pub cwnd: f64,
-    pub max_cwnd: f64,
+    /// The path's congestion controller: it owns the window.
+    cc: Box<dyn Controller>,
     mtu: f64,
     pub srtt_ns: Option<f64>,
     pub rttvar_ns: f64,
@@ -77,13 +78,8 @@ pub struct TxPath {
     pub rto_ns: u64,
     /// Consecutive RTO expiries without progress.
     pub rto_count: u32,
-    /// DCTCP state: marked-fraction average and the current observation window.
-    alpha: f64,
-    win_end_psn: u32,
-    win_pkts: u64,
-    win_marked: u64,
+    /// ECN-CE count last echoed by an ACK.
     last_ce: u32,
-    last_decrease_psn: u32,
     /// Next probe time (Suspect/Probing).
     pub probe_at: Option<u64>,
     pub probe_seq: u32,
@@ -137,20 +133,20 @@ impl TxPath {
             oldest_at: None,
             newest_at: None,
             inflight_bytes: 0,
-            cwnd: init_cwnd,
-            max_cwnd,
+            cc: Box::new(Dctcp::new(
+                init_cwnd,
+                max_cwnd,
+                cfg.mtu as f64,
+                cfg.dctcp_g,
+                cfg.md_floor,
+            )),
             mtu: cfg.mtu as f64,
             srtt_ns: None,
             rttvar_ns: 0.0,
             min_rtt_ns: u64::MAX,
             rto_ns: cfg.initial_rto_ns,
             rto_count: 0,
-            alpha: 0.0,
-            win_end_psn: 0,
-            win_pkts: 0,
-            win_marked: 0,
             last_ce: 0,
-            last_decrease_psn: 0,
             probe_at: None,
             probe_seq: 0,
             failed_at: 0,
@@ -169,7 +165,8 @@ impl TxPath {
     /// Room for one more packet of `bytes` under the path window and the SACK span.
     pub fn has_room(&self, bytes: u32) -> bool {
         psn_diff(self.next_psn, self.base_psn) < SACK_SPAN as i32
-            && (self.inflight_bytes == 0 || self.inflight_bytes as f64 + bytes as f64 <= self.cwnd)
+            && (self.inflight_bytes == 0
+                || self.inflight_bytes as f64 + bytes as f64 <= self.cc.window())
     }
 
     /// Room for one more PSN under the receiver's SACK span, whatever the window.
@@ -177,9 +174,19 @@ impl TxPath {
         psn_diff(self.next_psn, self.base_psn) < SACK_SPAN as i32
     }
 
+    /// The window: bytes the path may have in flight.
+    pub fn cwnd(&self) -> f64 {
+        self.cc.window()
+    }
+
+    /// Scale the window by `k` (towards the receiver's hint), within the controller's bounds.
+    pub(crate) fn scale_window(&mut self, k: f64) {
+        self.cc.scale(k);
+    }
+
     /// Load relative to the window, for choosing the least-loaded path.
     pub fn load(&self) -> f64 {
-        self.inflight_bytes as f64 / self.cwnd.max(1.0)
+        self.inflight_bytes as f64 / self.cc.window().max(1.0)
     }
 
     /// Record a sent packet; returns its PSN.
@@ -276,6 +283,7 @@ impl TxPath {
         cfg: &ConnConfig,
         out: &mut AckOutcome,
     ) {
+        let acked_before = self.counters.acked_pkts;
         out.acked.clear();
         out.lost.clear();
         out.progress = false;
@@ -341,7 +349,8 @@ impl TxPath {
         if let Some(rtt) = rtt_sample {
             self.on_rtt(rtt, cfg);
         }
-        self.on_ecn(cum, ecn_ce, out, cfg);
+        let newly = self.counters.acked_pkts - acked_before;
+        self.on_ecn(cum, ecn_ce, out, newly, rtt_sample);
         self.trim();
     }
 
@@ -416,7 +425,6 @@ impl TxPath {
                 e.fate = Fate::Acked;
                 self.inflight_bytes -= e.bytes as u64;
                 self.counters.acked_pkts += 1;
-                self.win_pkts += 1;
                 out.acked.push(e.chunk);
             }
             // A packet declared lost arrived after all (reordering): credit the chunk once more;
@@ -446,42 +454,28 @@ impl TxPath {
         self.rto_ns = ((s + 4.0 * self.rttvar_ns) as u64).clamp(cfg.min_rto_ns, cfg.max_rto_ns);
     }
 
-    /// DCTCP-style per-path window: marks shrink it at most once per window, random loss never.
-    fn on_ecn(&mut self, cum: u32, ecn_ce: u32, out: &AckOutcome, cfg: &ConnConfig) {
-        let new_marks = ecn_ce.wrapping_sub(self.last_ce);
-        // An older, reordered ACK carries a smaller count: ignore it rather than move back.
-        if new_marks < 1 << 30 {
+    /// The ACK's congestion signals to the path's controller: newly acknowledged packets
+    /// and bytes, and new CE marks (the echoed counter's increase; an older, reordered ACK
+    /// carries a smaller count and is ignored rather than moving it back).
+    fn on_ecn(&mut self, cum: u32, ecn_ce: u32, out: &AckOutcome, newly: u64, rtt: Option<u64>) {
+        let d = ecn_ce.wrapping_sub(self.last_ce);
+        let new_marks = if d < 1 << 30 {
             self.last_ce = ecn_ce;
-        }
-        if new_marks > 0 && new_marks < 1 << 30 {
-            self.counters.ecn_echoed += new_marks as u64;
-            self.win_marked += new_marks as u64;
-        }
-        let acked_bytes: u64 = out.acked.len() as u64 * self.mtu as u64;
-        if !psn_lt(cum, self.win_end_psn) {
-            // One window of data has been acknowledged: update alpha.
-            // F: fraction of this window's packets that were marked (the ACK counts packets).
-            let f = if self.win_pkts > 0 {
-                (self.win_marked as f64 / self.win_pkts as f64).min(1.0)
-            } else {
-                0.0
-            };
-            self.alpha = no_subnormal((1.0 - cfg.dctcp_g) * self.alpha + cfg.dctcp_g * f);
-            self.win_pkts = 0;
-            self.win_marked = 0;
-            self.win_end_psn = self.next_psn;
-        }
-        if new_marks > 0 && new_marks < 1 << 30 {
-            if !psn_lt(cum, self.last_decrease_psn) {
-                let alpha = self.alpha.max(cfg.dctcp_g);
-                self.cwnd = (self.cwnd * (1.0 - alpha / 2.0).max(cfg.md_floor)).max(self.mtu);
-                self.last_decrease_psn = self.next_psn;
-                self.counters.cwnd_decreases += 1;
-            }
-        } else if acked_bytes > 0 {
-            // Additive increase: one MTU per window's worth of acknowledged bytes.
-            self.cwnd = (self.cwnd + self.mtu * acked_bytes as f64 / self.cwnd.max(self.mtu))
-                .min(self.max_cwnd);
+            d as u64
+        } else {
+            0
+        };
+        self.counters.ecn_echoed += new_marks;
+        let s = AckSample {
+            acked_pkts: newly,
+            acked_bytes: out.acked.len() as u64 * self.mtu as u64,
+            new_marks,
+            cum_psn: cum,
+            next_psn: self.next_psn,
+            rtt_ns: rtt,
+        };
+        if self.cc.on_ack(&s) {
+            self.counters.cwnd_decreases += 1;
         }
     }
 
@@ -573,11 +567,10 @@ impl TxPath {
     }
 }
 
-/// An average that decays geometrically (RTT variance on a path whose RTT never changes,
-/// as in the simulator; DCTCP's alpha without marks) ends in subnormal floats, and every
-/// arithmetic operation on those takes a microcode assist on x86 (~100x slower): that was
-/// half the transport's CPU time per packet. Values this small change nothing they feed
-/// (`srtt + 4·rttvar` and `1 − alpha/2` round to the same double), so they become 0.
+/// The RTT variance of a path whose RTT never changes (as in the simulator) decays
+/// geometrically and would end in subnormal floats, whose arithmetic takes a microcode assist
+/// on x86 (~100x slower): that was half the transport's CPU time per packet. Values this
+/// small change nothing (`srtt + 4·rttvar` rounds to the same double), so they become 0.
 fn no_subnormal(x: f64) -> f64 {
     if x < 1e-20 {
         0.0

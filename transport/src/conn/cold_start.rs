@@ -7,11 +7,11 @@ impl Connection {
     pub(super) fn apply_hint(&mut self, mbps: u32) {
         self.peer_hint_mbps = mbps;
         let target = self.hint_window();
-        let sum: f64 = self.paths.iter().map(|p| p.cwnd).sum();
+        let sum: f64 = self.paths.iter().map(|p| p.cwnd()).sum();
         if sum > 0.0 && target > sum {
             let k = target / sum;
             for p in &mut self.paths {
-                p.cwnd = (p.cwnd * k).min(p.max_cwnd);
+                p.scale_window(k);
             }
         }
     }

@@ -5,7 +5,7 @@ use super::*;
 impl Connection {
     /// Connection-level window: sum of path windows, capped by the receiver's hint.
     pub(super) fn conn_window(&self) -> f64 {
-        let sum: f64 = self.paths.iter().map(|p| p.cwnd).sum();
+        let sum: f64 = self.paths.iter().map(|p| p.cwnd()).sum();
         if self.peer_hint_mbps != 0 {
             sum.min(self.hint_window().max(self.mtu as f64))
         } else {
