@@ -33,6 +33,11 @@ pub struct Endpoint {
     dirty: Vec<u32>,
     /// Connections that received data in the current fair-share interval.
     rx_active: Vec<u32>,
+    /// Scratch space of the fair-share computation and of the timer sweep, kept so that
+    /// neither allocates in steady state.
+    rx_active_spare: Vec<u32>,
+    demands: Vec<(f64, u32)>,
+    due: Vec<u32>,
     /// Last demands (Mbit/s, infinity for backlogged) seen by the fair-share computation.
     last_level_mbps: f64,
     next_share_at: u64,
@@ -52,6 +57,9 @@ impl Endpoint {
             timers: BinaryHeap::new(),
             dirty: Vec::new(),
             rx_active: Vec::new(),
+            rx_active_spare: Vec::new(),
+            demands: Vec::new(),
+            due: Vec::new(),
             last_level_mbps: 0.0,
             next_share_at: 0,
             counters: EndpointCounters::default(),
@@ -365,10 +373,14 @@ impl Endpoint {
         }
         let timeout = self.cfg.active_timeout_ns;
         let cap = self.cfg.line_rate_mbps as f64 * self.cfg.share_target;
-        let active = std::mem::take(&mut self.rx_active);
+        let mut active = std::mem::replace(
+            &mut self.rx_active,
+            std::mem::take(&mut self.rx_active_spare),
+        );
         // (demand in Mbit/s or infinity, conn id)
-        let mut demands: Vec<(f64, u32)> = Vec::with_capacity(active.len());
-        for id in active {
+        let mut demands = std::mem::take(&mut self.demands);
+        demands.clear();
+        for id in active.drain(..) {
             let Some(c) = self.conns.get_mut(&id) else {
                 continue;
             };
@@ -383,7 +395,9 @@ impl Endpoint {
             c.rx_bytes_window = 0;
             self.rx_active.push(id);
         }
+        self.rx_active_spare = active;
         if demands.is_empty() {
+            self.demands = demands;
             return;
         }
         demands.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -400,11 +414,12 @@ impl Endpoint {
         }
         self.last_level_mbps = level;
         let hint = level.clamp(1.0, u32::MAX as f64) as u32;
-        for (_, id) in demands {
+        for &(_, id) in &demands {
             if let Some(c) = self.conns.get_mut(&id) {
                 c.hint_for_peer_mbps = hint;
             }
         }
+        self.demands = demands;
     }
 
     /// The next datagram to send, written into `buf` (at least MTU + 128 bytes).
@@ -497,7 +512,8 @@ impl Endpoint {
 
     pub fn handle_timeout(&mut self, now: u64) {
         self.flush_timers();
-        let mut due: Vec<u32> = Vec::new();
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
         while let Some(Reverse((t, id))) = self.timers.peek().copied() {
             if t > now {
                 break;
@@ -507,13 +523,14 @@ impl Endpoint {
                 due.push(id);
             }
         }
-        for id in due {
+        for &id in &due {
             if let Some(c) = self.conns.get_mut(&id) {
                 c.timer_at = None;
                 c.handle_timeout(now);
             }
             self.touch(id);
         }
+        self.due = due;
         self.clean_timers();
     }
 
