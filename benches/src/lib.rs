@@ -8,7 +8,9 @@
 //!   spread, late joiner; receiver rate hints on and off;
 //! - [`permutation`]: every host sends 16 MiB to another, 1 path vs. spraying;
 //! - [`multipath`]: goodput over 1/2/4/8 planes, a plane failing and returning, and 4,000 /
-//!   16,000 concurrent connections (memory per connection).
+//!   16,000 concurrent connections (memory per connection);
+//! - [`sansio`] (`ferroce bench core`): the sans-IO core alone, two endpoints in memory: CPU ns, ACKs and allocations
+//!   per data packet, next to the floor (one copy and one CRC per packet).
 //!
 //! Every benchmark takes [`Opts`] (`quick`: the same scenarios with less data; `seed`) and a
 //! [`progress::Progress`], and returns a report with rows (for tables and CSV) and the
@@ -16,6 +18,7 @@
 
 pub mod alloc;
 pub mod checks;
+pub mod cpu;
 pub mod csv;
 pub mod fabric;
 pub mod incast;
@@ -28,13 +31,14 @@ pub mod profile;
 pub mod progress;
 pub mod rates;
 pub mod roce;
+pub mod sansio;
 
 use ferroce_harness::NodeHost;
 use ferroce_sim::HostId;
 use ferroce_transport::{Endpoint, EndpointConfig, Transport};
 
 /// Options every benchmark takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Opts {
     /// The same scenarios, with less data per run (the whole suite in well under 2 minutes).
     pub quick: bool,

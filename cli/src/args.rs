@@ -54,6 +54,10 @@ pub enum BenchWhich {
     Multipath,
     /// All four, then the thresholds in one list.
     All,
+    /// The sans-IO core alone: two endpoints exchanging WRITEs in memory (fake clock), CPU
+    /// ns per data packet, ACKs and allocations per packet, next to the floor (one payload
+    /// copy + one CRC-32) in the same run. A few seconds; `--packets N` for longer.
+    Core,
     /// Raw DPDK packet rate vs ferroce's rate on the same PMD (net_ring, net_af_packet/veth);
     /// needs root and DPDK; its own options follow (`ferroce bench dataplane --help`).
     Dataplane,
@@ -83,6 +87,29 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_name = "N,...", global = true,
           value_parser = clap::value_parser!(u16).range(1..=127))]
     pub senders: Vec<u16>,
+    /// Core only: data packets in each row's measured window [default: 100000, --quick 20000].
+    #[arg(long, value_name = "N", global = true,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    pub packets: Option<u64>,
+    /// Core only: packet payloads in bytes (comma-separated) [default: 64,1024,1408,4096].
+    #[arg(long, value_delimiter = ',', value_name = "B,...", global = true,
+          value_parser = clap::value_parser!(u32).range(64..=9000))]
+    pub payloads: Vec<u32>,
+    /// Core only: path counts (comma-separated) [default: 1,16].
+    #[arg(long, value_delimiter = ',', value_name = "N,...", global = true,
+          value_parser = clap::value_parser!(u8).range(1..))]
+    pub paths: Vec<u8>,
+    /// Core only: packets per WRITE message [default: 16; 1 for single-packet messages].
+    #[arg(long, value_name = "N", global = true,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub msg_packets: Option<u32>,
+    /// Core only: print the report as JSON instead of the table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Core only, diagnostic: flush subnormal floats to zero (x86-64 FTZ/DAZ) in the bench
+    /// thread, to show what subnormal arithmetic in the core costs.
+    #[arg(long, global = true)]
+    pub ftz: bool,
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -504,6 +531,32 @@ mod tests {
         assert!(b.quick && b.which == BenchWhich::Incast);
         assert!(parse(&["bench"]).is_err());
         assert!(parse(&["bench", "bogus"]).is_err());
+        let Command::Bench(b) = parse(&[
+            "bench",
+            "core",
+            "--packets",
+            "500",
+            "--payloads",
+            "64,4096",
+            "--paths",
+            "1,16",
+            "--msg-packets",
+            "1",
+            "--json",
+        ])
+        .unwrap()
+        .cmd
+        else {
+            panic!("not bench")
+        };
+        assert_eq!(b.which, BenchWhich::Core);
+        assert_eq!(b.packets, Some(500));
+        assert_eq!(b.payloads, vec![64, 4096]);
+        assert_eq!(b.paths, vec![1, 16]);
+        assert_eq!(b.msg_packets, Some(1));
+        assert!(b.json);
+        assert!(parse(&["bench", "core", "--payloads", "32"]).is_err());
+        assert!(parse(&["bench", "core", "--paths", "0"]).is_err());
     }
 
     #[test]

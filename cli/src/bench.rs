@@ -9,6 +9,7 @@ use ferroce_benches::loss::{self, LossConfig, LossModel, LossReport};
 use ferroce_benches::multipath::{self, MultipathConfig, MultipathReport};
 use ferroce_benches::permutation::{self, PermutationConfig, PermutationReport};
 use ferroce_benches::progress::Progress;
+use ferroce_benches::sansio::{self, CoreConfig, CoreReport};
 use ferroce_benches::{profile, Opts};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::cell::RefCell;
@@ -428,6 +429,142 @@ fn render_multipath(r: &MultipathReport) -> String {
     out
 }
 
+fn render_core(r: &CoreReport, verbose: bool) -> String {
+    let mut out = header(
+        "ferroce bench core: the sans-IO core alone, two endpoints in memory",
+        &r.setup,
+        r.config.opts,
+    );
+    let mut t = Table::new(
+        [
+            "payload",
+            "paths",
+            "msg",
+            "data pkts",
+            "CPU ns/pkt",
+            "Mpps",
+            "ACKs/pkt",
+            "ctrl/pkt",
+            "allocs/pkt",
+            "B/pkt",
+            "floor ns",
+            "core/floor",
+            "retx",
+            "sim Gb/s",
+            "drift",
+            "ok",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    );
+    for x in &r.rows {
+        t.row(vec![
+            x.payload.to_string(),
+            x.paths.to_string(),
+            x.msg_bytes.to_string(),
+            count(x.data_pkts),
+            format!("{:.0}", x.cpu_ns_per_pkt),
+            format!("{:.3}", x.mpps),
+            format!("{:.3}", x.acks_per_pkt),
+            format!("{:.3}", x.ctrl_per_pkt),
+            opt(x.allocs_per_pkt, 2),
+            opt(x.alloc_bytes_per_pkt, 0),
+            format!("{:.1}", x.floor_ns),
+            format!("{:.1}", x.ratio),
+            count(x.retx_pkts),
+            format!("{:.1}", x.sim_gbps),
+            format!("{:.2}", x.drift),
+            (if x.ok() { "ok" } else { "FAIL" }).into(),
+        ]);
+    }
+    out.push_str(&t.render());
+    if verbose {
+        out.push_str(
+            "CPU ns/pkt by quarter of the window; loop turns and timer firings per packet:\n",
+        );
+        for x in &r.rows {
+            let q: Vec<String> = x.quarters_ns.iter().map(|v| format!("{v:.0}")).collect();
+            let _ = writeln!(
+                out,
+                "  {:>5} B {:>3} paths: {}; {:.2} turns, {:.3} timer firings",
+                x.payload,
+                x.paths,
+                q.join(" "),
+                x.turns_per_pkt,
+                x.timer_fires_per_pkt
+            );
+        }
+    }
+    if !r.allocs_measured {
+        out.push_str("allocations not measured: the counting allocator is not installed\n");
+    }
+    out.push_str("verification (every byte moved compared with its source and cleared; not in CPU ns/pkt):\n");
+    for x in &r.rows {
+        let _ = writeln!(
+            out,
+            "  {:>5} B {:>3} paths: {:.0} ns per message, {:.1} ns per data packet, {} verified",
+            x.payload,
+            x.paths,
+            x.verify_ns_per_msg,
+            x.verify_ns_per_pkt,
+            crate::format::bytes(x.verified_bytes)
+        );
+    }
+    let errs: Vec<String> = r
+        .rows
+        .iter()
+        .filter(|x| !x.ok())
+        .map(|x| {
+            format!(
+                "{} B, {} paths: {}",
+                x.payload,
+                x.paths,
+                x.errors.join("; ")
+            )
+        })
+        .collect();
+    if !errs.is_empty() {
+        out.push('\n');
+        out.push_str(&lines("PROBLEMS:", &errs));
+    }
+    out.push('\n');
+    out.push_str(&lines("definitions:", &r.definitions));
+    out
+}
+
+/// `ferroce bench core`.
+fn run_core(a: &BenchArgs, opts: Opts, bar: &Bar) -> Result<bool, String> {
+    let mut cfg = CoreConfig::new(opts);
+    if let Some(n) = a.packets {
+        cfg.packets = n;
+    }
+    if !a.payloads.is_empty() {
+        cfg.payloads = a.payloads.clone();
+    }
+    if !a.paths.is_empty() {
+        cfg.paths = a.paths.clone();
+    }
+    if let Some(m) = a.msg_packets {
+        cfg.msg_packets = m;
+    }
+    cfg.ftz = a.ftz;
+    let r = sansio::run(&cfg, bar);
+    let csv = a.out.join("core.csv");
+    write_csv(&sansio::csv(&r), &csv)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", render_core(&r, a.verbose));
+        print!("{}", files_line(&[&csv]));
+        println!("wall time: {:.1} s\n", r.wall_s);
+    }
+    Ok(r.rows.iter().all(|x| x.ok()))
+}
+
 fn profile_lines() -> String {
     if !profile::enabled() {
         return String::new();
@@ -464,6 +601,9 @@ pub fn run(a: &BenchArgs) -> Result<bool, String> {
     let mut ok = true;
     let out = &a.out;
     let which = a.which;
+    if which == BenchWhich::Core {
+        return run_core(a, opts, &bar);
+    }
     let all = which == BenchWhich::All;
     if all || which == BenchWhich::Loss {
         let r = loss::run(&LossConfig::new(opts), &bar);

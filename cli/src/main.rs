@@ -23,7 +23,14 @@ const EXIT_VERIFY_FAILED: u8 = 1;
 /// Exit status when the program could not do what was asked (e.g. cannot write the pcap).
 const EXIT_ERROR: u8 = 2;
 
+/// Allocation counts for `ferroce bench dataplane` (the dataplane crate cannot see the
+/// allocator).
+fn alloc_counts() -> Option<(u64, u64)> {
+    ferroce_benches::alloc::counts().map(|c| (c.allocs, c.bytes))
+}
+
 fn main() -> ExitCode {
+    ferroce_dataplane::cpu::set_alloc_counter(alloc_counts);
     // `bench dataplane` takes the dataplane's own options: hand them over unparsed.
     let argv: Vec<String> = std::env::args().collect();
     if argv.len() >= 3 && argv[1] == "bench" && argv[2] == "dataplane" {

@@ -1,8 +1,9 @@
 //! Engines joined back to back by net_ring, and the helpers the benchmark and tests share.
 
+use crate::cpu::{alloc_counts, thread_cpu_ns};
 use crate::engine::{self, drive, Engine, EngineHandle, EngineParams};
 use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
-use ferroce_transport::EndpointConfig;
+use ferroce_transport::{Endpoint, EndpointConfig};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 static PAIRS: AtomicU32 = AtomicU32::new(0);
@@ -57,23 +58,32 @@ use crate::app::{PairDriver, WorkloadResult};
 use crate::fault::FaultConfig;
 use crate::net::{self, UdpHeader};
 use crate::netns::{self, Hugepages, VethLoop};
-use ferroce_harness::workload::{OpKind, WorkloadSpec};
+use ferroce_harness::workload::{fill_pattern, OpKind, WorkloadSpec};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 pub const BENCH_USAGE: &str = "\
-usage: ferroce bench dataplane [--pmd ring|af_packet|all] [--payloads 64,1024,mtu]
+usage: ferroce bench dataplane [--quick] [--pmd ring|af_packet|all] [--payloads 64,1024,mtu]
                                [--seconds S] [--loss P] [--csv FILE] [--no-huge]
 
   For each PMD and payload size: the raw DPDK packet rate of the same PMD with frames the
   size of the transport's data frames (one lcore sending on one port and receiving on the
   other), then ferroce's rate moving verified SENDs of that payload between two engines on
   the same PMD; prints the ratio transport/raw and the Gbit/s of verified goodput.
+  Both runs use ONE worker lcore: the raw loop sends and receives on it; the transport run
+  polls both engines and both applications (client and server) on it. Per row it also
+  prints the thread CPU time of that lcore per data packet (raw: per frame received;
+  ferroce: per data packet the server's transport received, over the window from 10 % to
+  90 % of the work requests), ACKs per data packet and allocations per data packet (when
+  the program counts them: `ferroce bench dataplane` does, `ferroce-dp bench` does not).
   ring: net_ring ports joined back to back in this process. af_packet: net_af_packet on the
   two ends of a veth pair in a network namespace the benchmark creates (needs root).
+  --quick: short runs (0.25 s), net_ring only unless --pmd says otherwise.
   --loss P adds transport runs with P (e.g. 0.01) injected loss on both directions.
   Hugepages: 512 (1 GiB) are reserved for the run and released after (root), unless --no-huge.
-  CSV columns: pmd,payload,raw_mpps,ferroce_mpps,ratio,goodput_gbps,loss,frame_bytes,retx_pkts";
+  CSV columns: pmd,payload,raw_mpps,ferroce_mpps,ratio,goodput_gbps,loss,frame_bytes,retx_pkts,
+  raw_cpu_ns_per_pkt,ferroce_cpu_ns_per_pkt,cpu_ratio,acks_per_pkt,allocs_per_pkt,
+  alloc_bytes_per_pkt,verify_ns_per_msg,window_data_pkts";
 
 /// Bytes a native WRITE/SEND data packet adds to its payload (base 8 + headers + CRC 4);
 /// SEND carries 4 fewer header bytes than WRITE, we size raw frames like WRITE.
@@ -91,7 +101,60 @@ pub struct BenchRow {
     pub loss: f64,
     pub frame_bytes: usize,
     pub retx_pkts: u64,
+    /// Thread CPU ns per frame of the raw loop.
+    pub raw_cpu_ns_per_pkt: f64,
+    /// Thread CPU ns of the engines' lcore per data packet, in the window.
+    pub ferroce_cpu_ns_per_pkt: f64,
+    /// raw_cpu_ns_per_pkt / ferroce_cpu_ns_per_pkt.
+    pub cpu_ratio: f64,
+    pub acks_per_pkt: f64,
+    pub allocs_per_pkt: Option<f64>,
+    pub alloc_bytes_per_pkt: Option<f64>,
+    /// The benchmark's own verification (fill at the client + check at the server) per
+    /// message, measured apart; it is part of ferroce_cpu_ns_per_pkt.
+    pub verify_ns_per_msg: f64,
+    pub window_data_pkts: u64,
     pub ok: bool,
+}
+
+/// CPU ns per message of the benchmark's own verification for `payload` byte messages: the
+/// client's fill of the pattern plus the server's check of every byte, as the applications
+/// do them (into and in registered memory), measured apart on this thread (best of 3).
+pub fn verification_ns(payload: u32) -> f64 {
+    let n = 20_000u32;
+    let mut buf = vec![0u8; payload as usize];
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t0 = thread_cpu_ns();
+        let mut bad = 0usize;
+        for i in 0..n {
+            fill_pattern(&mut buf, i & 3, i);
+            bad += crate::app::check_fast(std::hint::black_box(&buf), i & 3, i).is_some() as usize;
+        }
+        let dt = thread_cpu_ns().saturating_sub(t0);
+        assert_eq!(bad, 0, "the pattern check refused its own fill");
+        best = best.min(dt as f64 / n as f64);
+    }
+    best
+}
+
+/// What a raw run measured (after its warm-up).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawRun {
+    /// Received frames per second of wall time, in millions.
+    pub mpps: f64,
+    /// Frames received.
+    pub frames: u64,
+    /// CPU time of the thread over the same period (ns).
+    pub cpu_ns: u64,
+    /// Allocation calls and bytes over the same period, if counted.
+    pub allocs: Option<(u64, u64)>,
+}
+
+impl RawRun {
+    pub fn cpu_ns_per_pkt(&self) -> f64 {
+        self.cpu_ns as f64 / self.frames.max(1) as f64
+    }
 }
 
 /// Raw rate: one thread sends `frame` byte UDP frames on `a` and receives them on `b` for
@@ -99,6 +162,11 @@ pub struct BenchRow {
 /// data (and like the transport, which places payloads to and from registered memory), it
 /// copies each payload into its frame and out of it again; headers are written per frame.
 pub fn raw_rate(a: &mut Port, b: &mut Port, frame: usize, secs: f64) -> f64 {
+    raw_run(a, b, frame, secs).mpps
+}
+
+/// [`raw_rate`], with the thread's CPU time and allocations over the measured period.
+pub fn raw_run(a: &mut Port, b: &mut Port, frame: usize, secs: f64) -> RawRun {
     let pool = a.pool().clone();
     let hdr = UdpHeader {
         src_mac: a.mac(),
@@ -121,6 +189,8 @@ pub fn raw_rate(a: &mut Port, b: &mut Port, frame: usize, secs: f64) -> f64 {
     let warm = Duration::from_millis(100);
     let t0 = Instant::now();
     let mut t_start = None;
+    let mut cpu0 = 0;
+    let mut a0 = None;
     let end = warm + Duration::from_secs_f64(secs);
     loop {
         let el = t0.elapsed();
@@ -130,6 +200,8 @@ pub fn raw_rate(a: &mut Port, b: &mut Port, frame: usize, secs: f64) -> f64 {
         if t_start.is_none() && el >= warm {
             t_start = Some(Instant::now());
             got = 0;
+            cpu0 = thread_cpu_ns();
+            a0 = alloc_counts();
         }
         while txq.len() < 32 {
             let Some(mut m) = pool.alloc() else { break };
@@ -150,6 +222,9 @@ pub fn raw_rate(a: &mut Port, b: &mut Port, frame: usize, secs: f64) -> f64 {
         }
     }
     std::hint::black_box(check);
+    let cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
+    let allocs = alloc_delta(a0, alloc_counts());
+    let el = t_start.map(|t| t.elapsed().as_secs_f64()).unwrap_or(secs);
     // Let what is in flight drain so the ports can be reused.
     let t1 = Instant::now();
     while t1.elapsed() < Duration::from_millis(50) {
@@ -157,8 +232,135 @@ pub fn raw_rate(a: &mut Port, b: &mut Port, frame: usize, secs: f64) -> f64 {
         rxq.clear();
     }
     drop(txq);
-    let el = t_start.map(|t| t.elapsed().as_secs_f64()).unwrap_or(secs);
-    got as f64 / el / 1e6
+    RawRun {
+        mpps: got as f64 / el / 1e6,
+        frames: got,
+        cpu_ns,
+        allocs,
+    }
+}
+
+fn alloc_delta(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    let ((a0, b0), (a1, b1)) = (a?, b?);
+    Some((a1.wrapping_sub(a0), b1.wrapping_sub(b0)))
+}
+
+/// What a transport run measured over its steady-state window: from the 10 % to the 90 %
+/// mark of the client's completed work requests (connection set-up, cold start and the
+/// final drain left out).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TransportWindow {
+    /// CPU time of the lcore's thread (both engines and both applications, which all run
+    /// on it), ns.
+    pub cpu_ns: u64,
+    pub wall_s: f64,
+    /// Reliable data packets the server's transport received (with any duplicates).
+    pub data_pkts: u64,
+    /// ACKs the server's transport sent.
+    pub acks: u64,
+    /// Data packets the client's transport sent (resends included).
+    pub tx_pkts: u64,
+    /// Work requests completed at the client.
+    pub msgs: u64,
+    /// Allocation calls and bytes (whole process), if counted.
+    pub allocs: Option<(u64, u64)>,
+}
+
+impl TransportWindow {
+    pub fn cpu_ns_per_pkt(&self) -> f64 {
+        self.cpu_ns as f64 / self.data_pkts.max(1) as f64
+    }
+    pub fn acks_per_pkt(&self) -> f64 {
+        self.acks as f64 / self.data_pkts.max(1) as f64
+    }
+}
+
+/// (rx data packets, ACKs sent, tx data packets) summed over an engine's connections.
+fn conn_sums(e: &Engine) -> (u64, u64, u64) {
+    let Some(ep) = e.transport().as_any().downcast_ref::<Endpoint>() else {
+        return (0, 0, 0);
+    };
+    ep.connections().fold((0, 0, 0), |(r, a, t), c| {
+        (
+            r + c.counters.rx_pkts,
+            a + c.counters.acks_sent,
+            t + c.counters.tx_pkts,
+        )
+    })
+}
+
+#[derive(Clone, Copy)]
+struct Mark {
+    cpu_ns: u64,
+    at: Instant,
+    allocs: Option<(u64, u64)>,
+    server: (u64, u64, u64),
+    client: (u64, u64, u64),
+    msgs: u64,
+}
+
+/// Start of a window: counters first (no allocation), then the clocks.
+fn mark(engines: &[Engine], d: &PairDriver) -> Mark {
+    let client = engines.first().map(conn_sums).unwrap_or_default();
+    let server = engines.get(1).map(conn_sums).unwrap_or_default();
+    Mark {
+        cpu_ns: thread_cpu_ns(),
+        at: Instant::now(),
+        allocs: alloc_counts(),
+        server,
+        client,
+        msgs: d.client.completed,
+    }
+}
+
+/// As [`drive`], with a measured window between 10 % and 90 % of the client's `total`
+/// work requests. `engines[0]` is the client's engine, `engines[1]` the server's.
+fn drive_window(
+    engines: &mut [Engine],
+    d: &mut PairDriver,
+    timeout: Duration,
+    total: u64,
+) -> (bool, TransportWindow) {
+    let t0 = Instant::now();
+    let (lo, hi) = (total / 10, total - total / 10);
+    let mut start: Option<Mark> = None;
+    let mut w = TransportWindow::default();
+    let mut n = 0u32;
+    loop {
+        for e in engines.iter_mut() {
+            e.poll();
+        }
+        d.step();
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(64) {
+            let done = d.client.completed;
+            if start.is_none() && done >= lo {
+                start = Some(mark(engines, d));
+            }
+            if let Some(m0) = start.filter(|_| w.cpu_ns == 0 && done >= hi) {
+                let cpu1 = thread_cpu_ns();
+                let a1 = alloc_counts();
+                let m1 = mark(engines, d);
+                w = TransportWindow {
+                    cpu_ns: cpu1.saturating_sub(m0.cpu_ns).max(1),
+                    wall_s: m0.at.elapsed().as_secs_f64(),
+                    data_pkts: m1.server.0 - m0.server.0,
+                    acks: m1.server.1 - m0.server.1,
+                    tx_pkts: m1.client.2 - m0.client.2,
+                    msgs: m1.msgs - m0.msgs,
+                    allocs: alloc_delta(m0.allocs, a1),
+                };
+            }
+            if n.is_multiple_of(256) {
+                if d.done() {
+                    return (false, w);
+                }
+                if t0.elapsed() > timeout {
+                    return (true, w);
+                }
+            }
+        }
+    }
 }
 
 use ferroce_dpdk_sys::Mbuf;
@@ -202,8 +404,8 @@ fn transport_rate(
     loss: f64,
     secs: f64,
     line_rate_mbps: u32,
-) -> Result<(WorkloadResult, u64), String> {
-    transport_rate_spec(
+) -> Result<(WorkloadResult, u64, TransportWindow), String> {
+    transport_run_spec(
         eal,
         a,
         b,
@@ -235,6 +437,34 @@ pub fn transport_rate_spec(
     spec: fn(u32, u32) -> WorkloadSpec,
     messages: Option<u32>,
 ) -> Result<(WorkloadResult, u64), String> {
+    transport_run_spec(
+        eal,
+        a,
+        b,
+        payload,
+        loss,
+        secs,
+        line_rate_mbps,
+        spec,
+        messages,
+    )
+    .map(|(r, retx, _)| (r, retx))
+}
+
+/// [`transport_rate_spec`], with what the measured run's steady-state window cost
+/// ([`TransportWindow`]).
+#[allow(clippy::too_many_arguments)]
+pub fn transport_run_spec(
+    eal: &Eal,
+    a: Port,
+    b: Port,
+    payload: u32,
+    loss: f64,
+    secs: f64,
+    line_rate_mbps: u32,
+    spec: fn(u32, u32) -> WorkloadSpec,
+    messages: Option<u32>,
+) -> Result<(WorkloadResult, u64, TransportWindow), String> {
     let streams = spec(payload, 1).streams.max(1) as f64;
     let ipa = Ipv4Addr::new(198, 18, 1, 11);
     let ipb = Ipv4Addr::new(198, 18, 1, 12);
@@ -282,15 +512,17 @@ pub fn transport_rate_spec(
             let mut engines = vec![ea, eb];
             if let Some(n) = messages {
                 let spec = spec(payload, n);
+                let total = spec.streams as u64 * spec.messages as u64;
                 let mut d = PairDriver::new(&ha, &hb, ipb, &spec);
-                let to = drive(
+                let (to, w) = drive_window(
                     &mut engines,
                     &mut d,
                     Duration::from_secs_f64(secs * 10.0 + 10.0),
+                    total,
                 );
                 let (cr, sr) = d.finish(to);
                 let counters: Vec<_> = engines.into_iter().map(|e| e.shutdown()).collect();
-                return (cr.clone(), cr, sr, counters);
+                return (cr.clone(), cr, sr, counters, w);
             }
             // Calibrate with a short run, then size the measured one to `secs`.
             let cal = spec(payload, 500);
@@ -304,18 +536,20 @@ pub fn transport_rate_spec(
             };
             let per_stream = ((rate * secs) / streams).clamp(500.0, 4_000_000.0) as u32;
             let spec = spec(payload, per_stream);
+            let total = spec.streams as u64 * spec.messages as u64;
             let mut d = PairDriver::new(&ha, &hb, ipb, &spec);
-            let to = drive(
+            let (to, w) = drive_window(
                 &mut engines,
                 &mut d,
                 Duration::from_secs_f64(secs * 10.0 + 10.0),
+                total,
             );
             let (cr, sr) = d.finish(to);
             let counters: Vec<_> = engines.into_iter().map(|e| e.shutdown()).collect();
-            (c0, cr, sr, counters)
+            (c0, cr, sr, counters, w)
         })
         .map_err(|e| e.to_string())?;
-    let (c0, cr, sr, counters) = job.join();
+    let (c0, cr, sr, counters, w) = job.join();
     if std::env::var_os("FERROCE_BENCH_DEBUG").is_some() {
         eprintln!("client: {cr:?}");
         for c in &counters {
@@ -337,7 +571,7 @@ pub fn transport_rate_spec(
             .extend(sr.errors.iter().map(|e| format!("server: {e}")));
         cr.ok = false;
     }
-    Ok((cr, retx))
+    Ok((cr, retx, w))
 }
 
 struct Args {
@@ -347,6 +581,7 @@ struct Args {
     loss: Option<f64>,
     csv: Option<String>,
     huge: bool,
+    quick: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
@@ -357,13 +592,16 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         loss: None,
         csv: None,
         huge: true,
+        quick: false,
     };
+    let (mut pmd_set, mut secs_set) = (false, false);
     let mut it = args.iter();
     while let Some(x) = it.next() {
         let mut val = || it.next().cloned().ok_or(format!("{x} needs a value"));
         match x.as_str() {
             "--pmd" => {
                 let v = val()?;
+                pmd_set = true;
                 a.pmds = match v.as_str() {
                     "all" => vec!["ring".into(), "af_packet".into()],
                     "ring" | "net_ring" => vec!["ring".into()],
@@ -385,6 +623,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                     .collect::<Result<_, _>>()?;
             }
             "--seconds" => {
+                secs_set = true;
                 a.secs = val()?
                     .parse()
                     .map_err(|_| "--seconds: not a number".to_string())?
@@ -398,8 +637,17 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             }
             "--csv" => a.csv = Some(val()?),
             "--no-huge" => a.huge = false,
+            "--quick" => a.quick = true,
             "-h" | "--help" => return Err(String::new()),
             _ => return Err(format!("unknown argument {x:?}")),
+        }
+    }
+    if a.quick {
+        if !pmd_set {
+            a.pmds = vec!["ring".into()];
+        }
+        if !secs_set {
+            a.secs = 0.25;
         }
     }
     Ok(a)
@@ -494,7 +742,12 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
         }
     );
     println!(
-        "{:<10} {:>7} {:>7} {:>10} {:>12} {:>7} {:>13} {:>6} {:>6}",
+        "both runs on one worker lcore: raw = one loop sending and receiving; ferroce = both \
+         engines and both applications (client, server) polled in turn{}",
+        if a.quick { "; --quick" } else { "" }
+    );
+    println!(
+        "{:<10} {:>7} {:>7} {:>10} {:>12} {:>7} {:>13} {:>6} {:>11} {:>11} {:>9} {:>9} {:>10} {:>7} {:>6}",
         "pmd",
         "payload",
         "frame",
@@ -503,8 +756,15 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
         "ratio",
         "goodput Gb/s",
         "loss",
+        "raw ns/pkt",
+        "fer ns/pkt",
+        "cpu ratio",
+        "ACKs/pkt",
+        "allocs/pkt",
+        "B/pkt",
         "ok"
     );
+    let mut verify: Vec<(u32, f64)> = Vec::new();
     for pmd in &a.pmds {
         for &p in &a.payloads {
             let frame = net::HDRS_LEN + DATA_OVERHEAD + p as usize;
@@ -545,11 +805,20 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
             let secs = a.secs;
             let job = eal
                 .launch(lcore, move || {
-                    let r = raw_rate(&mut pa, &mut pb, frame, secs);
+                    let r = raw_run(&mut pa, &mut pb, frame, secs);
                     (r, pa, pb)
                 })
                 .map_err(|e| e.to_string())?;
-            let (raw, pa, pb) = job.join();
+            let (raw_run, pa, pb) = job.join();
+            let raw = raw_run.mpps;
+            let vns = match verify.iter().find(|(q, _)| *q == p) {
+                Some(&(_, v)) => v,
+                None => {
+                    let v = verification_ns(p);
+                    verify.push((p, v));
+                    v
+                }
+            };
             let line_rate: u32 = std::env::var("FERROCE_BENCH_LINE_RATE")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -564,9 +833,12 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
                     Some(pp) => pp,
                     None => mk(&mut k)?,
                 };
-                let (r, retx) = transport_rate(&eal, pa, pb, p, loss, a.secs, line_rate)?;
+                let (r, retx, w) = transport_rate(&eal, pa, pb, p, loss, a.secs, line_rate)?;
                 let pkts_per_msg = (p as u64).div_ceil(engine::payload_mtu(1500) as u64).max(1);
                 let mpps = r.msgs_per_s * pkts_per_msg as f64 / 1e6;
+                let wp = w.data_pkts.max(1) as f64;
+                let fer_ns = w.cpu_ns_per_pkt();
+                let raw_ns = raw_run.cpu_ns_per_pkt();
                 let row = BenchRow {
                     pmd: if pmd == "ring" {
                         "net_ring".into()
@@ -581,10 +853,22 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
                     loss,
                     frame_bytes: frame,
                     retx_pkts: retx,
+                    raw_cpu_ns_per_pkt: raw_ns,
+                    ferroce_cpu_ns_per_pkt: fer_ns,
+                    cpu_ratio: if fer_ns > 0.0 { raw_ns / fer_ns } else { 0.0 },
+                    acks_per_pkt: w.acks_per_pkt(),
+                    allocs_per_pkt: w.allocs.map(|(n, _)| n as f64 / wp),
+                    alloc_bytes_per_pkt: w.allocs.map(|(_, b)| b as f64 / wp),
+                    verify_ns_per_msg: vns,
+                    window_data_pkts: w.data_pkts,
                     ok: r.ok,
                 };
+                let o = |v: Option<f64>, d: usize| match v {
+                    Some(x) => format!("{x:.d$}"),
+                    None => "-".into(),
+                };
                 println!(
-                    "{:<10} {:>7} {:>7} {:>10.3} {:>12.3} {:>7.3} {:>13.3} {:>6} {:>6}",
+                    "{:<10} {:>7} {:>7} {:>10.3} {:>12.3} {:>7.3} {:>13.3} {:>6} {:>11.0} {:>11.0} {:>9.4} {:>9.3} {:>10} {:>7} {:>6}",
                     if pmd == "ring" {
                         "net_ring"
                     } else {
@@ -597,8 +881,17 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
                     row.ratio,
                     r.goodput_gbps,
                     loss,
-                    if r.ok { "ok" } else { "FAIL" }
+                    raw_ns,
+                    fer_ns,
+                    row.cpu_ratio,
+                    row.acks_per_pkt,
+                    o(row.allocs_per_pkt, 2),
+                    o(row.alloc_bytes_per_pkt, 0),
+                    if row.ok { "ok" } else { "FAIL" }
                 );
+                if w.data_pkts == 0 {
+                    eprintln!("  the run ended before its measuring window closed");
+                }
                 if !r.ok {
                     eprintln!("  errors: {:?}", &r.errors[..r.errors.len().min(5)]);
                 }
@@ -606,12 +899,25 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
             }
         }
     }
-    let mut csv = String::from(
-        "pmd,payload,raw_mpps,ferroce_mpps,ratio,goodput_gbps,loss,frame_bytes,retx_pkts\n",
+    println!(
+        "benchmark's own verification (client fill + server check of every byte, vector code), \
+         measured apart; it is included in fer ns/pkt:"
     );
+    for (p, v) in &verify {
+        println!("  {p:>5} B: {v:.0} ns per message");
+    }
+    if alloc_counts().is_none() {
+        println!("allocations not counted: this program has no counting allocator");
+    }
+    let mut csv = String::from(
+        "pmd,payload,raw_mpps,ferroce_mpps,ratio,goodput_gbps,loss,frame_bytes,retx_pkts,\
+         raw_cpu_ns_per_pkt,ferroce_cpu_ns_per_pkt,cpu_ratio,acks_per_pkt,allocs_per_pkt,\
+         alloc_bytes_per_pkt,verify_ns_per_msg,window_data_pkts\n",
+    );
+    let o = |v: Option<f64>, d: usize| v.map(|x| format!("{x:.d$}")).unwrap_or_default();
     for r in &rows {
         csv.push_str(&format!(
-            "{},{},{:.4},{:.4},{:.4},{:.4},{},{},{}\n",
+            "{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.1},{:.1},{:.5},{:.4},{},{},{:.1},{}\n",
             r.pmd,
             r.payload,
             r.raw_mpps,
@@ -620,7 +926,15 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
             r.goodput_gbps,
             r.loss,
             r.frame_bytes,
-            r.retx_pkts
+            r.retx_pkts,
+            r.raw_cpu_ns_per_pkt,
+            r.ferroce_cpu_ns_per_pkt,
+            r.cpu_ratio,
+            r.acks_per_pkt,
+            o(r.allocs_per_pkt, 3),
+            o(r.alloc_bytes_per_pkt, 1),
+            r.verify_ns_per_msg,
+            r.window_data_pkts
         ));
     }
     match &a.csv {

@@ -7,7 +7,8 @@
 //! - [`config`]: the TOML configuration (with flag and environment overrides) and
 //!   [`config::run_engine`], what `ferroce dataplane` runs.
 //! - [`app`]: a self-verifying workload (the harness's) over an engine's queues.
-//! - [`bench`]: `ferroce bench dataplane` (raw PMD rate vs the transport's).
+//! - [`bench`]: `ferroce bench dataplane` (raw PMD rate vs the transport's, CPU time, ACKs
+//!   and allocations per packet); [`cpu`]: the thread CPU clock and allocation counter it uses.
 //! - [`netns`]: network namespaces, veth pairs and hugepages for tests, with drop guards.
 
 pub mod app;
@@ -15,6 +16,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod counters;
+pub mod cpu;
 pub mod engine;
 pub mod fault;
 pub mod net;

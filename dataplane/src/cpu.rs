@@ -1,0 +1,51 @@
+//! What `ferroce bench dataplane` measures besides rates: CPU time of the calling thread
+//! (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`, user + system time of that thread only) and,
+//! when the program installed a counting allocator, allocation counts.
+
+use std::sync::OnceLock;
+
+/// Nanoseconds of CPU time this thread has used (0 if the clock is unavailable).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable `timespec` that outlives the call, and
+    // `CLOCK_THREAD_CPUTIME_ID` is a clock id every Linux kernel accepts.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Process-wide (allocation calls, bytes asked for) since start, from the program's
+/// allocator.
+pub type AllocCounter = fn() -> Option<(u64, u64)>;
+
+static ALLOC_COUNTER: OnceLock<AllocCounter> = OnceLock::new();
+
+/// The program's allocation counter (the `ferroce` program passes its counting allocator's,
+/// `ferroce_benches::alloc::counts`); without one, allocation figures are not reported.
+pub fn set_alloc_counter(f: AllocCounter) {
+    let _ = ALLOC_COUNTER.set(f);
+}
+
+/// (allocation calls, bytes) so far, if a counter was set.
+pub fn alloc_counts() -> Option<(u64, u64)> {
+    ALLOC_COUNTER.get().and_then(|f| f())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thread_cpu_time_moves_forward() {
+        let a = super::thread_cpu_ns();
+        let mut x = 0u64;
+        for i in 0..1_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        std::hint::black_box(x);
+        assert!(super::thread_cpu_ns() > a);
+    }
+}
