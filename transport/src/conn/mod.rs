@@ -323,6 +323,21 @@ const HINT_TRIES: u32 = 3;
 /// Path index of a NACK that names a request rather than a packet (paths are 0..=254).
 pub const NO_PATH: u8 = 255;
 
+/// A late NACK RemoteAccess (spec/transport.md §7): a request accepted earlier could not be
+/// carried out after all; it names the request by the requester's stream id and MSN.
+fn late_nack(stream: u32, msn: u32) -> (u8, NackRepr) {
+    (
+        NO_PATH,
+        NackRepr {
+            psn: 0,
+            stream,
+            msn,
+            reason: NackReason::RemoteAccess,
+            rnr_delay: 0,
+        },
+    )
+}
+
 fn nack_index(r: NackReason) -> usize {
     r as usize
 }

@@ -354,16 +354,7 @@ impl Connection {
                     s.responses.remove(&msn);
                     let remote = s.remote;
                     self.counters.remote_access_refused += 1;
-                    self.nack_queue.push_back((
-                        NO_PATH,
-                        NackRepr {
-                            psn: 0,
-                            stream: remote,
-                            msn,
-                            reason: NackReason::RemoteAccess,
-                            rnr_delay: 0,
-                        },
-                    ));
+                    self.nack_queue.push_back(late_nack(remote, msn));
                 }
             }
         }

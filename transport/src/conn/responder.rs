@@ -410,16 +410,7 @@ impl Connection {
                 if failed {
                     // Checked on arrival; the region went away since (as for atomics).
                     self.counters.remote_access_refused += 1;
-                    self.nack_queue.push_back((
-                        NO_PATH,
-                        NackRepr {
-                            psn: 0,
-                            stream: s.remote,
-                            msn: base,
-                            reason: NackReason::RemoteAccess,
-                            rnr_delay: 0,
-                        },
-                    ));
+                    self.nack_queue.push_back(late_nack(s.remote, base));
                 }
             }
             if msg.got.count() != msg.chunks {
@@ -493,16 +484,7 @@ impl Connection {
                         }
                         Err(_) => {
                             self.counters.remote_access_refused += 1;
-                            self.nack_queue.push_back((
-                                NO_PATH,
-                                NackRepr {
-                                    psn: 0,
-                                    stream: s.remote,
-                                    msn: base,
-                                    reason: NackReason::RemoteAccess,
-                                    rnr_delay: 0,
-                                },
-                            ));
+                            self.nack_queue.push_back(late_nack(s.remote, base));
                         }
                     }
                 }
