@@ -104,8 +104,12 @@ impl Endpoint {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        self.completions.extend(c.completions.drain(..));
-        self.events.extend(c.events.drain(..));
+        if !c.completions.is_empty() {
+            self.completions.extend(c.completions.drain(..));
+        }
+        if !c.events.is_empty() {
+            self.events.extend(c.events.drain(..));
+        }
         if !c.in_ready {
             c.in_ready = true;
             self.ready.push_back(id);
@@ -473,8 +477,12 @@ impl Endpoint {
             }
             // Idle: keep it out of the ready queue, but collect its output and timer.
             if let Some(c) = self.conns.get_mut(&id) {
-                self.completions.extend(c.completions.drain(..));
-                self.events.extend(c.events.drain(..));
+                if !c.completions.is_empty() {
+                    self.completions.extend(c.completions.drain(..));
+                }
+                if !c.events.is_empty() {
+                    self.events.extend(c.events.drain(..));
+                }
                 Self::mark_dirty(c, &mut self.dirty);
             }
         }

@@ -69,8 +69,10 @@ pub struct TxPath {
     oldest_at: Option<u64>,
     newest_at: Option<u64>,
     pub inflight_bytes: u64,
-    /// The path's congestion controller: it owns the window.
+    /// The path's congestion controller: it owns the window; `cwnd` is its window as of its
+    /// last change, read per packet without a virtual call.
     cc: Box<dyn Controller>,
+    cwnd: f64,
     mtu: f64,
     pub srtt_ns: Option<f64>,
     pub rttvar_ns: f64,
@@ -133,6 +135,7 @@ impl TxPath {
             oldest_at: None,
             newest_at: None,
             inflight_bytes: 0,
+            cwnd: init_cwnd,
             cc: Box::new(Dctcp::new(
                 init_cwnd,
                 max_cwnd,
@@ -165,8 +168,7 @@ impl TxPath {
     /// Room for one more packet of `bytes` under the path window and the SACK span.
     pub fn has_room(&self, bytes: u32) -> bool {
         psn_diff(self.next_psn, self.base_psn) < SACK_SPAN as i32
-            && (self.inflight_bytes == 0
-                || self.inflight_bytes as f64 + bytes as f64 <= self.cc.window())
+            && (self.inflight_bytes == 0 || self.inflight_bytes as f64 + bytes as f64 <= self.cwnd)
     }
 
     /// Room for one more PSN under the receiver's SACK span, whatever the window.
@@ -176,17 +178,18 @@ impl TxPath {
 
     /// The window: bytes the path may have in flight.
     pub fn cwnd(&self) -> f64 {
-        self.cc.window()
+        self.cwnd
     }
 
     /// Scale the window by `k` (towards the receiver's hint), within the controller's bounds.
     pub(crate) fn scale_window(&mut self, k: f64) {
         self.cc.scale(k);
+        self.cwnd = self.cc.window();
     }
 
     /// Load relative to the window, for choosing the least-loaded path.
     pub fn load(&self) -> f64 {
-        self.inflight_bytes as f64 / self.cc.window().max(1.0)
+        self.inflight_bytes as f64 / self.cwnd.max(1.0)
     }
 
     /// Record a sent packet; returns its PSN.
@@ -477,6 +480,7 @@ impl TxPath {
         if self.cc.on_ack(&s) {
             self.counters.cwnd_decreases += 1;
         }
+        self.cwnd = self.cc.window();
     }
 
     /// Re-route across planes too: a dead plane is left, not just a dead ECMP route.
