@@ -54,8 +54,9 @@ ferroce_setup_dpdk() {
 }
 
 # The verbs shim's tests run the unmodified Debian verbs programs against it (ibverbs-utils,
-# perftest) and check its struct layouts against the system infiniband/verbs.h
-# (libibverbs-dev; rdma-core provides the provider libraries whose symbols the stubs mirror).
+# perftest, libfabric-bin, ucx-utils) and check its struct layouts and the stub provider
+# libraries against the system infiniband/*.h (libibverbs-dev; rdma-core provides the provider
+# libraries whose symbols the stubs mirror).
 # Installs only what is missing.
 ferroce_setup_verbs() {
     local missing=()
@@ -63,6 +64,9 @@ ferroce_setup_verbs() {
     command -v ib_write_bw >/dev/null 2>&1 || missing+=(perftest)
     [ -f /usr/include/infiniband/verbs.h ] || missing+=(libibverbs-dev)
     dpkg -s rdma-core >/dev/null 2>&1 || missing+=(rdma-core)
+    # libfabric's fi_info/fi_pingpong and UCX's ucx_info over the shim (verbs_fabric.rs).
+    command -v fi_info >/dev/null 2>&1 || missing+=(libfabric-bin)
+    command -v ucx_info >/dev/null 2>&1 || missing+=(ucx-utils)
     if [ "${#missing[@]}" -gt 0 ]; then
         ferroce_apt_install "${missing[@]}" || return 1
     fi

@@ -24,5 +24,5 @@ pub mod sys;
 pub mod ud;
 pub mod verbs;
 
-/// Where the build put the stub `libmlx5.so.1` and `libefa.so.1`.
+/// Where the build put the stub `libmlx5.so.1`, `libefa.so.1` and `libmlx4.so.1`.
 pub const STUB_DIR: &str = env!("FERROCE_VERBS_STUB_DIR");

@@ -1,8 +1,9 @@
 //! ABI checks of the shim against rdma-core 44 and the unmodified Debian binaries:
 //! - struct sizes and field offsets of the committed bindgen output against the C compiler
 //!   over the system `infiniband/verbs.h`;
-//! - every versioned libibverbs symbol the target binaries (and librdmacm) import is exported
-//!   with that version, and the stub provider libraries cover perftest's imports;
+//! - every versioned libibverbs symbol the target binaries (and librdmacm, libfabric, UCX's IB
+//!   transports, DPDK's mlx drivers) import is exported with that version, and the stub provider
+//!   libraries cover their mlx5dv_*/efadv_*/mlx4dv_* imports;
 //! - `ibv_devices` and `ibv_devinfo -v` run against the shim (LD_LIBRARY_PATH) without "no
 //!   version information" or symbol lookup errors.
 
@@ -251,11 +252,31 @@ fn every_imported_versioned_symbol_resolves() {
         .map(|s| (s.0.clone(), s.1.clone()))
         .collect();
     let mut targets: Vec<PathBuf> = BINARIES.iter().filter_map(|b| find_bin(b)).collect();
-    for l in ["/usr/lib/x86_64-linux-gnu/librdmacm.so.1"] {
-        if Path::new(l).exists() {
-            targets.push(l.into());
+    // Libraries that link libibverbs and the vendor providers: librdmacm, libfabric (EFA and
+    // verbs providers), UCX's IB transports, DPDK's mlx4/mlx5 drivers.
+    let lib = Path::new("/usr/lib/x86_64-linux-gnu");
+    for l in [
+        "librdmacm.so.1",
+        "libfabric.so.1",
+        "ucx/libuct_ib.so.0",
+        "ucx/libuct_rdmacm.so.0",
+    ] {
+        if lib.join(l).exists() {
+            targets.push(lib.join(l));
         }
     }
+    let mut dpdk_mlx: Vec<PathBuf> = std::fs::read_dir(lib)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    dpdk_mlx.retain(|p| {
+        let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        n.starts_with("librte_")
+            && n.contains("mlx")
+            && n.rsplit_once(".so.")
+                .is_some_and(|(_, v)| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+    });
+    dpdk_mlx.sort();
+    targets.extend(dpdk_mlx);
     if targets.is_empty() {
         eprintln!("SKIP: ibverbs-utils/perftest not installed");
         return;
@@ -273,9 +294,13 @@ fn every_imported_versioned_symbol_resolves() {
         }
     }
     assert!(missing.is_empty(), "unresolved:\n{}", missing.join("\n"));
-    // The stub providers cover perftest's mlx5dv_*/efadv_* imports.
+    // The stub providers cover their mlx5dv_*/efadv_*/mlx4dv_* imports.
     let mut stub_missing = Vec::new();
-    for (lib, prefix) in [("libmlx5.so.1", "MLX5_"), ("libefa.so.1", "EFA_")] {
+    for (lib, prefix) in [
+        ("libmlx5.so.1", "MLX5_"),
+        ("libefa.so.1", "EFA_"),
+        ("libmlx4.so.1", "MLX4_"),
+    ] {
         let stub: std::collections::HashSet<(String, String)> =
             dynsyms(&Path::new(ibverbs::STUB_DIR).join(lib))
                 .into_iter()
