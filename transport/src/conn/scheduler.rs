@@ -38,8 +38,14 @@ impl Connection {
         let any_good = self.paths.iter().any(|p| p.state == PathState::Good);
         let mut best: Option<(usize, f64)> = None;
         let mut fallback: Option<(usize, f64)> = None;
+        // Round robin from `rr`, without a division per path.
+        let start = if self.rr < n { self.rr } else { 0 };
         for k in 0..n {
-            let i = (self.rr + k) % n;
+            let i = if start + k < n {
+                start + k
+            } else {
+                start + k - n
+            };
             let p = &self.paths[i];
             let usable = if any_good {
                 p.state == PathState::Good
@@ -66,7 +72,7 @@ impl Connection {
             }
         }
         let pick = best.or(fallback).map(|(i, _)| i)?;
-        self.rr = (pick + 1) % n;
+        self.rr = if pick + 1 < n { pick + 1 } else { 0 };
         Some(pick)
     }
 
