@@ -1,14 +1,12 @@
 //! A self-verifying workload over an engine, on the application side of its queues: the
-//! harness's [`WorkloadSpec`] and byte [`pattern`](ferroce_harness::workload::pattern), with
-//! the client/server logic of `ferroce_harness::NodeHost` (every completion checked, every
+//! workload's [`WorkloadSpec`] and byte [`pattern`](ferroce_workload::pattern), with
+//! the client/server logic of the simulator harness's `NodeHost` (every completion checked, every
 //! received and written byte compared with what the client sent).
 
 use crate::engine::{EngineHandle, Output};
-use ferroce_harness::host::imm_of;
-use ferroce_harness::workload::*;
-use ferroce_harness::ServerKeys;
 use ferroce_transport::mem::{access, Regions};
 use ferroce_transport::*;
+use ferroce_workload::*;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;

@@ -58,7 +58,7 @@ use crate::app::{PairDriver, WorkloadResult};
 use crate::fault::FaultConfig;
 use crate::net::{self, UdpHeader};
 use crate::netns::{self, Hugepages, VethLoop};
-use ferroce_harness::workload::{fill_pattern, OpKind, WorkloadSpec};
+use ferroce_workload::{fill_pattern, OpKind, WorkloadSpec};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@ use crate::engine::{self, Engine, EngineParams};
 use crate::fault::FaultConfig;
 use crate::net;
 use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
-use ferroce_harness::workload::{OpKind, WorkloadSpec};
+use ferroce_workload::{OpKind, WorkloadSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;

@@ -8,16 +8,6 @@ use ferroce_transport::*;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-/// What the server registered, as the client learns it out of band.
-#[derive(Clone, Copy, Debug)]
-pub struct ServerKeys {
-    pub layout: ServerLayout,
-    pub write_rkey: u32,
-    pub read_rkey: u32,
-    pub read_len: u64,
-    pub atomic_rkey: u32,
-}
-
 #[derive(Clone, Copy, Debug)]
 struct Expect {
     op: OpKind,
@@ -135,10 +125,6 @@ pub struct NodeHost {
     /// every input, so it is current whenever the host's timer fires).
     ep_deadline: Option<u64>,
     buf: Vec<u8>,
-}
-
-pub fn imm_of(s: u32, i: u32) -> u32 {
-    (s << 20) ^ i ^ 0xabc
 }
 
 fn wr_id(s: u32, i: u32) -> u64 {

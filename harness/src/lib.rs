@@ -7,9 +7,14 @@
 pub mod host;
 pub mod multi;
 pub mod scenario;
-pub mod workload;
+/// The workload lives in its own crate (`ferroce-workload`) so that the production crates can
+/// use it without the simulator; the harness re-exports it under its old path.
+pub mod workload {
+    pub use ferroce_workload::*;
+}
 
-pub use host::{Client, NodeHost, Server, ServerKeys};
+pub use host::{Client, NodeHost, Server};
 pub use multi::{Flow, FlowHandle};
 pub use scenario::{Fabric, LossPlacement, RunReport, TwoHostRun};
+pub use workload::ServerKeys;
 pub use workload::{OpKind, WorkloadSpec};

@@ -23,7 +23,7 @@
 use ferroce_dataplane::bench::{data_room, transport_rate_spec};
 use ferroce_dataplane::netns::{self, VethLoop};
 use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
-use ferroce_harness::workload::{OpKind, WorkloadSpec};
+use ferroce_workload::{OpKind, WorkloadSpec};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;

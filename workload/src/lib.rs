@@ -306,3 +306,18 @@ mod tests {
         assert_eq!(check_pattern(&a, 3, 10), Some(0));
     }
 }
+
+/// What the server registered, as the client learns it out of band.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerKeys {
+    pub layout: ServerLayout,
+    pub write_rkey: u32,
+    pub read_rkey: u32,
+    pub read_len: u64,
+    pub atomic_rkey: u32,
+}
+
+/// Immediate data the workload puts on work request `i` of stream `s`.
+pub fn imm_of(s: u32, i: u32) -> u32 {
+    (s << 20) ^ i ^ 0xabc
+}
