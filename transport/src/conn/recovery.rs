@@ -9,8 +9,8 @@ impl Connection {
         let base = self.base_rtt();
         let ack_delay = self.cfg.ack_delay_ns;
         for i in 0..self.paths.len() {
-            if self.paths[i].inflight_bytes == 0 {
-                continue; // nothing of this path can be lost
+            if !self.paths[i].has_in_flight() {
+                continue; // nothing of this path can be lost (zero-byte packets count)
             }
             let d = self.paths[i].loss_delay(base, ack_delay);
             let lost = self.paths[i].detect_time_losses(now, self.rack_time, d);
@@ -112,7 +112,7 @@ impl Connection {
             for p in &self.paths {
                 min(p.probe_at);
                 min(p.home_probe_at);
-                if p.inflight_bytes == 0 && !p.has_in_flight() {
+                if !p.has_in_flight() {
                     continue;
                 }
                 min(p.rto_deadline());

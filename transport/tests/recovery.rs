@@ -1,0 +1,160 @@
+//! Loss recovery and the responder's hold of ORDERED packets, on the scripted pair of
+//! `common`: a zero-byte packet (a READ request) lost on its path is found by the time rule
+//! like any other (spec/transport.md §5.6); ORDERED payloads past the hold limit are dropped,
+//! counted and resent, and what was held is placed when its message's turn comes (§7.2).
+
+mod common;
+
+use common::*;
+use ferroce_transport::mem::access;
+use ferroce_transport::wire::{flags, DataOp, Opcode, Packet};
+use ferroce_transport::*;
+
+fn sge(lkey: u32, addr: u64, len: u32) -> SgList {
+    [Sge { lkey, addr, len }].into_iter().collect()
+}
+
+fn wr(wr_id: u64, op: SendOp, sgl: SgList) -> SendWr {
+    SendWr {
+        wr_id,
+        op,
+        sgl,
+        signaled: true,
+        solicited: false,
+        fence: false,
+    }
+}
+
+/// Steps of 1 µs until A has `n` completions (A's packets pass through `drop_a`, which may
+/// keep them from B); returns them.
+fn run_until(
+    p: &mut Pair,
+    n: usize,
+    mut drop_a: impl FnMut(&Packet<'_>) -> bool,
+) -> Vec<Completion> {
+    let mut done = Vec::new();
+    for _ in 0..20_000 {
+        for e in [&mut p.a, &mut p.b] {
+            if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                e.handle_timeout(p.now);
+            }
+        }
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let d = p.buf[..t.len].to_vec();
+            if !Packet::parse(&d).is_ok_and(|pkt| drop_a(&pkt)) {
+                p.b.handle_datagram(p.now, A, t.src_port, false, &d, &mut p.mb);
+            }
+        }
+        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+            let d = p.buf[..t.len].to_vec();
+            p.a.handle_datagram(p.now, B, t.src_port, false, &d, &mut p.ma);
+        }
+        while let Some(c) = p.a.poll_completion() {
+            done.push(c);
+        }
+        if done.len() >= n {
+            return done;
+        }
+        p.now += 1_000;
+    }
+    panic!("only {} of {n} completions", done.len());
+}
+
+#[test]
+fn a_lost_read_request_is_found_by_the_time_rule() {
+    let mut p = Pair::with(|c| c.conn.paths = 3);
+    let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
+    let rkey = p.mb.register(
+        1,
+        DST,
+        4096,
+        access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ,
+    );
+    p.mb.region_mut(rkey).unwrap().data[..P as usize].fill(0x5a);
+    let write = |id, off: u64| {
+        wr(
+            id,
+            SendOp::Write {
+                rkey,
+                raddr: DST + 1024 + off,
+                imm: None,
+            },
+            sge(lkey, 0x1000 + 1024, P),
+        )
+    };
+    // Warm up: RTT samples, hint, both paths used.
+    for i in 0..4 {
+        p.a.post_send(p.a_conn, 1, write(i, i * P as u64)).unwrap();
+    }
+    run_until(&mut p, 4, |_| false);
+    // A READ (a zero-byte request packet) on one path, a WRITE right behind it on another;
+    // the READ request is lost once, and the WRITE's ACK comes back.
+    p.a.post_send(
+        p.a_conn,
+        1,
+        wr(10, SendOp::Read { rkey, raddr: DST }, sge(lkey, 0x1000, P)),
+    )
+    .unwrap();
+    p.a.post_send(p.a_conn, 1, write(11, 0)).unwrap();
+    let mut dropped = false;
+    let c = run_until(&mut p, 2, |pkt| {
+        let hit = !dropped && pkt.opcode() == Opcode::ReadReq && pkt.flags & flags::RETX == 0;
+        dropped |= hit;
+        hit
+    });
+    assert!(dropped);
+    assert!(c.iter().all(|c| c.status == Status::Success), "{c:?}");
+    assert_eq!(
+        &p.ma.region(lkey).unwrap().data[..P as usize],
+        &[0x5a; P as usize]
+    );
+    let conn = p.a.connection(p.a_conn).unwrap();
+    assert!(
+        conn.counters.time_losses >= 1,
+        "the lost READ request was not found by the time rule: {:?}",
+        conn.counters
+    );
+}
+
+#[test]
+fn ordered_payloads_past_the_hold_limit_are_dropped_and_resent_and_held_ones_placed() {
+    // Room to hold one chunk.
+    let mut p = Pair::with(|c| c.conn.order_hold_bytes = P as u64);
+    let rkey =
+        p.mb.register(1, DST, 4096, access::LOCAL_WRITE | access::REMOTE_WRITE);
+    let w = |raddr| DataOp::Write { rkey, raddr };
+    // Message 0 (two chunks, the first missing), then message 1 (ORDERED, two chunks, over
+    // the same bytes) arrives first: its first chunk is held, its second does not fit.
+    let none = p.send_b(0, msg(0, P, 2 * P), w(DST + P as u64), &[1; P as usize]);
+    assert!(none.is_empty());
+    let none = p.send_b(flags::ORDERED, msg(1, 0, 2 * P), w(DST), &[2; P as usize]);
+    assert!(none.is_empty());
+    let none = p.send_b(
+        flags::ORDERED | flags::LAST,
+        msg(1, P, 2 * P),
+        w(DST + P as u64),
+        &[2; P as usize],
+    );
+    assert!(none.is_empty(), "a drop is not NACKed");
+    let c = p.b.connections().next().unwrap().counters;
+    assert_eq!((c.rx_ordered_held, c.rx_ordered_dropped), (1, 1));
+    let mem = |p: &Pair| p.mb.region(rkey).unwrap().data[..2 * P as usize].to_vec();
+    assert!(
+        mem(&p).iter().all(|&b| b == 0 || b == 1),
+        "held data placed early"
+    );
+    // Message 0 completes: message 1's held chunk is placed at once; the dropped one comes
+    // again (a resend, new PSN) and is placed directly.
+    let none = p.send_b(0, msg(0, 0, 2 * P), w(DST), &[1; P as usize]);
+    assert!(none.is_empty());
+    assert_eq!(&mem(&p)[..P as usize], &[2; P as usize][..]);
+    assert_eq!(&mem(&p)[P as usize..], &[1; P as usize][..]);
+    let none = p.send_b(
+        flags::ORDERED | flags::LAST | flags::RETX,
+        msg(1, P, 2 * P),
+        w(DST + P as u64),
+        &[2; P as usize],
+    );
+    assert!(none.is_empty());
+    assert_eq!(mem(&p), vec![2; 2 * P as usize]);
+}
