@@ -54,6 +54,8 @@ struct ReqWr {
     /// It modifies memory an earlier READ not completed when it was posted reads: it starts
     /// only after every earlier READ has completed, as if fenced (§5.5 rule 2).
     read_fence: bool,
+    /// `wr.remote_range()`, kept for the overlap scans of later posts.
+    target: Option<(u64, u64)>,
 }
 
 impl ReqWr {

@@ -96,19 +96,24 @@ impl Connection {
         // an earlier WRITE or atomic is ORDERED; a WRITE or atomic over an earlier READ's
         // source waits for that READ (its response is read from memory when sent).
         let (mut ordered, mut read_fence) = (false, false);
-        if let Some((lo, hi)) = wr.remote_range() {
+        let target = wr.remote_range();
+        if let Some((lo, hi)) = target {
             let is_write = matches!(wr.op, SendOp::Write { .. });
+            let modifies = !matches!(wr.op, SendOp::Read { .. });
             // Every WR still queued counts, acknowledged or not: an acknowledged chunk may be
             // held at the responder until the WRs before it complete. A READ whose response
             // is all in is no longer read for this requester.
             for x in s.wrs.iter() {
-                let Some(xr) = x.wr.remote_range() else {
+                let Some((xl, xh)) = x.target else {
                     continue;
                 };
+                if xl >= hi || lo >= xh {
+                    continue;
+                }
                 if matches!(x.wr.op, SendOp::Read { .. }) {
-                    read_fence |= !x.done() && wr.overwrites_read(xr);
+                    read_fence |= modifies && !x.done();
                 } else {
-                    ordered |= is_write && xr.0 < hi && lo < xr.1;
+                    ordered |= is_write;
                 }
             }
         }
@@ -126,6 +131,7 @@ impl Connection {
             rnr_count: 0,
             ordered,
             read_fence,
+            target,
         });
         if !s.in_active {
             s.in_active = true;
