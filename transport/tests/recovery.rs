@@ -158,3 +158,71 @@ fn ordered_payloads_past_the_hold_limit_are_dropped_and_resent_and_held_ones_pla
     assert!(none.is_empty());
     assert_eq!(mem(&p), vec![2; 2 * P as usize]);
 }
+
+/// Pacing catch-up (congestion.md §2.1): a paced sender that the embedder asks late sends
+/// what it owes at once, up to `pace_catch_up` packets; with 0 (the simulator's setting) one.
+#[test]
+fn a_paced_sender_asked_late_catches_up_within_its_credit() {
+    let burst = |catch_up: u32| -> usize {
+        let mut p = Pair::with(|c| {
+            c.line_rate_mbps = 1_000; // a gap of ~1.5 µs per 64-byte chunk
+            c.conn.pace_catch_up = catch_up;
+        });
+        let lkey = p.ma.register(1, 0x1000, 1 << 20, access::LOCAL_WRITE);
+        let rkey = p.mb.register(1, DST, 1 << 20, access::REMOTE_WRITE);
+        let write = |id: u64| {
+            wr(
+                id,
+                SendOp::Write {
+                    rkey,
+                    raddr: DST + id * 4096,
+                    imm: None,
+                },
+                sge(lkey, 0x1000 + id * 4096, 4096),
+            )
+        };
+        p.a.post_send(p.a_conn, 1, write(0)).unwrap();
+        run_until(&mut p, 1, |_| false); // warm: RTT samples and the receiver's hint
+        for id in 1..64 {
+            p.a.post_send(p.a_conn, 1, write(id)).unwrap();
+        }
+        // Paced sending for a while, in 100 ns steps.
+        let step = |p: &mut Pair, send: bool| -> usize {
+            let mut data = 0;
+            for e in [&mut p.a, &mut p.b] {
+                if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                    e.handle_timeout(p.now);
+                }
+            }
+            if send {
+                while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+                    let d = p.buf[..t.len].to_vec();
+                    data += Packet::parse(&d).is_ok_and(|k| k.opcode() == Opcode::Write) as usize;
+                    p.b.handle_datagram(p.now, A, t.src_port, false, &d, &mut p.mb);
+                }
+            }
+            while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+                let d = p.buf[..t.len].to_vec();
+                p.a.handle_datagram(p.now, B, t.src_port, false, &d, &mut p.ma);
+            }
+            p.now += 100;
+            data
+        };
+        for _ in 0..2_000 {
+            step(&mut p, true);
+        }
+        assert!(p.a.connection(p.a_conn).unwrap().peer_hint_mbps > 0);
+        // Not asked for 8 gaps, then asked once.
+        for _ in 0..120 {
+            step(&mut p, false);
+        }
+        step(&mut p, true)
+    };
+    let (late, none) = (burst(16), burst(0));
+    assert_eq!(none, 1, "without credit one packet per poll");
+    // About 8 gaps were owed; never more than the credit.
+    assert!(
+        (4..=16).contains(&late),
+        "with credit: {late} packets at once"
+    );
+}
