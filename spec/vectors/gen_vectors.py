@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OPCODES = {
     "SEND": 0x01, "SEND_IMM": 0x02, "WRITE": 0x03, "WRITE_IMM": 0x04,
     "READ_REQ": 0x05, "READ_RESP": 0x06, "FETCH_ADD": 0x07, "CMP_SWAP": 0x08,
-    "ATOMIC_RESP": 0x09, "ACK": 0x10, "NACK": 0x11, "OPEN": 0x20, "OPEN_ACK": 0x21,
+    "ATOMIC_RESP": 0x09, "ACK": 0x10, "NACK": 0x11, "ACK_MULTI": 0x12, "OPEN": 0x20, "OPEN_ACK": 0x21,
     "CLOSE": 0x22, "CLOSE_ACK": 0x23, "PROBE": 0x30, "PROBE_ACK": 0x31,
 }
 REASONS = {"REMOTE_ACCESS": 1, "INVALID_REQUEST": 2, "RNR": 3, "SEQUENCE": 4}
@@ -152,6 +152,26 @@ def ack_body(v, cum, bits, ce, hint, tse, delay, declare=True):
         v.f("rate_hint_mbps", hint)
         v.f("ts_echo", tse)
         v.f("ack_delay_ns", delay)
+
+
+def ack_multi_body(v, hint, blocks, count=None, declare=True):
+    """blocks: (path, words, cum, bits, ce, tse, delay); words = SACK words written."""
+    count = len(blocks) if count is None else count
+    v.seg(u32(hint) + u8(count) + bytes(3),
+          "rate_hint_mbps %d, count %d, reserved 3 bytes" % (hint, count))
+    if declare:
+        v.f("rate_hint_mbps", hint)
+        v.f("blocks", count)
+    for i, (path, words, cum, bits, ce, tse, delay) in enumerate(blocks):
+        v.seg(u8(path) + u8(words) + bytes(2) + u32(cum) + u32(ce) + u32(tse) + u32(delay),
+              "block %d: path %d, %d SACK words, reserved, cum_psn %d, ecn_ce %d, ts_echo %d, ack_delay_ns %d"
+              % (i, path, words, cum, ce, tse, delay))
+        if words:
+            v.seg(sack_bytes(bits)[:8 * words],
+                  "block %d: SACK, %d bytes; set bits %s" % (i, 8 * words, " ".join(map(str, bits)) or "none"))
+        if declare:
+            v.f("block%d" % i, "path=%d cum_psn=%d sack=%s ecn_ce=%d ts_echo=%d ack_delay_ns=%d"
+                % (path, cum, ",".join(map(str, bits)), ce, tse, delay))
 
 
 def nack_body(v, psn, stream, msn, reason, rnr, reserved=0, declare=True):
@@ -369,6 +389,32 @@ ack_body(v, 0xFFFFFFFA, [5, 6], 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
 v.seal()
 
 # ---------------------------------------------------------------- valid: NACK per reason
+v = new("ack_multi", """
+ACK_MULTI acknowledging paths 2, 0 and 7 of one connection in one datagram (the path byte of
+the base header is 255: the blocks name their paths). Path 2 led (its ACK was due): a hole at
+cum_psn 42 with 43 and 48 received (one SACK word). Path 0: in order (no SACK words). Path 7:
+a SACK bit in the fourth word, so all four words are present. One hint for the connection.
+""")
+base(v, "ACK_MULTI", 0, 255, A)
+ack_multi_body(v, 100000, [
+    (2, 1, 42, [0, 5], 3, 1000000, 2500),
+    (0, 0, 17, [], 0, 999000, 3500),
+    (7, 4, 0xFFFFFFF0, [3, 200, 255], 1, 0, 0),
+])
+v.seal()
+
+v = new("ack_multi_nonminimal", """
+ACK_MULTI with one block whose two SACK words are both zero: valid (a receiver takes absent
+and zero words alike), but an encoder writes the fewest words that hold the set bits, so the
+re-encoding has none (and a new CRC).
+""")
+base(v, "ACK_MULTI", 0, 255, A)
+ack_multi_body(v, 0, [(1, 2, 5, [], 0, 77, 0)])
+v.seal()
+v.emit = (u8(1) + u8(0x12) + u8(0) + u8(255) + u32(A) + u32(0) + u8(1) + bytes(3)
+          + u8(1) + u8(0) + bytes(2) + u32(5) + u32(0) + u32(77) + u32(0))
+v.emit += u32(zlib.crc32(v.emit) & 0xFFFFFFFF)
+
 v = new("nack_remote_access", """
 NACK RemoteAccess of PSN 41 on path 2 (stream and msn echoed from the refused packet).
 """)
@@ -553,6 +599,47 @@ base(v, "ACK", 0, 2, A, declare=False)
 ack_body(v, 42, [], 3, 100000, 1000000, 2500, declare=False)
 v.seg(b"junk", "4 bytes of payload on an ACK")
 v.seal()
+
+v = inv("ack_multi_no_blocks", "ACK_MULTI with count 0 (and no blocks).", "MALFORMED")
+base(v, "ACK_MULTI", 0, 255, A, declare=False)
+ack_multi_body(v, 0, [], declare=False)
+v.seal()
+
+v = inv("ack_multi_short", """
+ACK_MULTI whose count (2) promises more blocks than it holds (one).
+""", "MALFORMED")
+base(v, "ACK_MULTI", 0, 255, A, declare=False)
+ack_multi_body(v, 0, [(1, 0, 5, [], 0, 0, 0)], count=2, declare=False)
+v.seal()
+
+v = inv("ack_multi_trailing", """
+ACK_MULTI with 4 bytes after its only block (CRC correct).
+""", "MALFORMED")
+base(v, "ACK_MULTI", 0, 255, A, declare=False)
+ack_multi_body(v, 0, [(1, 0, 5, [], 0, 0, 0)], declare=False)
+v.seg(b"junk", "4 bytes after the last block")
+v.seal()
+
+v = inv("ack_multi_words_5", """
+ACK_MULTI block claiming 5 SACK words (the bitmap has 4), 40 bytes of them present.
+""", "MALFORMED")
+base(v, "ACK_MULTI", 0, 255, A, declare=False)
+ack_multi_body(v, 0, [(1, 5, 5, [], 0, 0, 0)], declare=False)
+v.seg(bytes(40), "40 bytes of SACK")
+v.seal()
+
+v = inv("ack_multi_path_twice", """
+ACK_MULTI naming path 3 in two blocks.
+""", "MALFORMED")
+base(v, "ACK_MULTI", 0, 255, A, declare=False)
+ack_multi_body(v, 0, [(3, 0, 5, [], 0, 0, 0), (3, 0, 6, [], 0, 0, 0)], declare=False)
+v.seal()
+
+v = inv("truncated_ack_multi", """
+ACK_MULTI of 15 bytes: shorter than base header + its fixed part + trailer (20).
+""", "TRUNCATED")
+base(v, "ACK_MULTI", 0, 255, A, declare=False)
+v.seg(u32(0) + u8(1) + bytes(2), "rate hint, count 1, two of three reserved bytes")
 
 v = inv("read_req_with_payload", "READ_REQ with 1 trailing byte (CRC correct).", "MALFORMED")
 base(v, "READ_REQ", 0, 4, B, declare=False)

@@ -6,7 +6,7 @@
 //!     valid packet is invalid. Plus SACK bit order and PSN serial arithmetic.
 
 use ferroce_transport::wire::{
-    psn_diff, psn_lt, seal, AckRepr, Body, CloseRepr, DataOp, DataRepr, MsgHeader, NackReason,
+    psn_diff, psn_lt, seal, AckBlock, AckMultiWriter, AckRepr, Body, CloseRepr, DataOp, DataRepr, MsgHeader, NackReason,
     NackRepr, Opcode, OpenRepr, Packet, PacketView, ProbeRepr, Sack256, SeqHeader, WireError,
     BASE_LEN, TRAILER_LEN,
 };
@@ -288,6 +288,30 @@ fn opcode_byte() -> impl Strategy<Value = u8> {
 /// with the reserved fields zeroed and the trailer recomputed.
 fn canonical(input: &[u8], op: Opcode) -> Vec<u8> {
     let mut c = input.to_vec();
+    if op == Opcode::AckMulti {
+        // Reserved bytes zeroed, and each block's SACK cut after its last nonzero word
+        // (spec/wire.md §2.10.1), re-encoded here from the spec's layout.
+        c.truncate(BASE_LEN + 8);
+        c[BASE_LEN + 5..BASE_LEN + 8].fill(0);
+        let end = input.len() - TRAILER_LEN;
+        let mut pos = BASE_LEN + 8;
+        while pos < end {
+            let words = input[pos + 1] as usize;
+            let sack = &input[pos + 20..pos + 20 + 8 * words];
+            let keep = (0..words)
+                .rev()
+                .find(|w| sack[8 * w..8 * w + 8].iter().any(|b| *b != 0))
+                .map_or(0, |w| w + 1);
+            c.extend_from_slice(&[input[pos], keep as u8, 0, 0]);
+            c.extend_from_slice(&input[pos + 4..pos + 20]);
+            c.extend_from_slice(&sack[..8 * keep]);
+            pos += 20 + 8 * words;
+        }
+        let n = c.len();
+        c.extend_from_slice(&[0; TRAILER_LEN]);
+        seal(&mut c, n);
+        return c;
+    }
     match op {
         Opcode::Nack => c[BASE_LEN + 14..BASE_LEN + 16].fill(0),
         Opcode::Open | Opcode::OpenAck => c[BASE_LEN + 5] = 0,
@@ -352,6 +376,38 @@ proptest! {
         }
     }
 
+    /// (a'') Sealed ACK_MULTI bodies of random blocks with random `words` and reserved bytes:
+    /// no panic; whatever parses re-emits canonically (reserved zero, minimal SACK words).
+    #[test]
+    fn sealed_random_ack_multi(
+        count in 0u8..6,
+        raw in prop::collection::vec((any::<u8>(), 0u8..6, any::<[u8; 2]>(), any::<[u8; 16]>(), any::<[u8; 40]>(), any::<bool>()), 0..6),
+        extra in 0usize..3,
+    ) {
+        let mut buf = vec![1u8, Opcode::AckMulti as u8, 0, 255, 0, 0, 0, 9, 0, 0, 0, 1, count, 7, 7, 7];
+        for (path, words, res, fixed, sack, zero) in &raw {
+            buf.extend_from_slice(&[*path, *words]);
+            buf.extend_from_slice(res);
+            buf.extend_from_slice(fixed);
+            let n = 8 * (*words as usize).min(5);
+            let mut s = sack[..n].to_vec();
+            if *zero && n >= 8 {
+                s[n - 8..].fill(0); // a zero last word: non-minimal, still valid
+            }
+            buf.extend_from_slice(&s);
+        }
+        buf.extend(std::iter::repeat(0xab).take(extra));
+        let n = buf.len();
+        buf.extend_from_slice(&[0; TRAILER_LEN]);
+        seal(&mut buf, n);
+        if let Ok(p) = Packet::parse(&buf) {
+            let mut out = vec![0u8; p.buffer_len()];
+            let m = p.emit(&mut out).unwrap();
+            prop_assert_eq!(&out[..m], &canonical(&buf, Opcode::AckMulti)[..]);
+            prop_assert_eq!(Packet::parse(&out[..m]), Ok(p));
+        }
+    }
+
     /// (b) Valid reprs round-trip emit -> parse -> equal, and the two-step emit agrees.
     #[test]
     fn roundtrip(o in valid_packet()) {
@@ -395,6 +451,54 @@ proptest! {
         for n in 0..bytes.len() {
             let r = Packet::parse(&bytes[..n]);
             prop_assert!(r.is_err(), "truncated to {} of {} bytes, still parsed", n, bytes.len());
+        }
+    }
+
+    /// ACK_MULTI: any set of blocks (distinct paths, any SACK) written by the writer parses
+    /// back to the same blocks, re-emits byte for byte, and no bit flip or truncation of it
+    /// parses.
+    #[test]
+    fn ack_multi_roundtrip(
+        dst_conn in any::<u32>(),
+        hint in any::<u32>(),
+        blocks in prop::collection::btree_map(
+            any::<u8>(),
+            (any::<u32>(), 0usize..5, any::<[u64; 4]>(), any::<u32>(), any::<u32>(), any::<u32>()),
+            1..20,
+        ),
+    ) {
+        let blocks: Vec<AckBlock> = blocks
+            .into_iter()
+            .map(|(path, (cum_psn, words, mut sack, ecn_ce, ts_echo, ack_delay_ns))| {
+                sack[words.min(4)..].fill(0); // every SACK length, from none to four words
+                AckBlock { path, cum_psn, sack: Sack256(sack), ecn_ce, ts_echo, ack_delay_ns }
+            })
+            .collect();
+        let mut buf = vec![0u8; 2048];
+        let mut w = AckMultiWriter::new(&mut buf, dst_conn, hint).unwrap();
+        for b in &blocks {
+            prop_assert!(w.push(b));
+        }
+        let n = w.finish().unwrap();
+        let bytes = buf[..n].to_vec();
+        let pkt = Packet::parse(&bytes).unwrap();
+        prop_assert_eq!(pkt.opcode(), Opcode::AckMulti);
+        prop_assert_eq!(pkt.dst_conn, dst_conn);
+        let Body::AckMulti(m) = pkt.body else { unreachable!() };
+        prop_assert_eq!(m.rate_hint_mbps, hint);
+        prop_assert_eq!(m.blocks().collect::<Vec<_>>(), blocks);
+        prop_assert_eq!(pkt.buffer_len(), n);
+        let mut out = vec![0u8; n];
+        prop_assert_eq!(pkt.emit(&mut out), Ok(n));
+        prop_assert_eq!(&out, &bytes);
+        let mut b = bytes.clone();
+        for i in 0..b.len() * 8 {
+            b[i / 8] ^= 1 << (i % 8);
+            prop_assert!(Packet::parse(&b).is_err(), "bit {} flipped, still parsed", i);
+            b[i / 8] ^= 1 << (i % 8);
+        }
+        for k in 0..n {
+            prop_assert!(Packet::parse(&bytes[..k]).is_err(), "truncated to {}", k);
         }
     }
 

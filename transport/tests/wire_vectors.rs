@@ -9,8 +9,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use ferroce_transport::wire::{
-    AckRepr, Body, CloseRepr, DataOp, DataRepr, MsgHeader, NackReason, NackRepr, Opcode, OpenRepr,
-    Packet, PacketView, ProbeRepr, Sack256, SeqHeader, WireError,
+    AckBlock, AckMultiWriter, AckRepr, Body, CloseRepr, DataOp, DataRepr, MsgHeader, NackReason,
+    NackRepr, Opcode, OpenRepr, Packet, PacketView, ProbeRepr, Sack256, SeqHeader, WireError,
 };
 
 /// Minimum numbers of vectors: deleting files must not make the suite pass.
@@ -139,6 +139,7 @@ fn opcode_by_name(s: &str) -> Option<Opcode> {
         "ATOMIC_RESP" => AtomicResp,
         "ACK" => Ack,
         "NACK" => Nack,
+        "ACK_MULTI" => AckMulti,
         "OPEN" => Open,
         "OPEN_ACK" => OpenAck,
         "CLOSE" => Close,
@@ -259,6 +260,29 @@ fn expected<'p>(v: &Vector, payload: &'p [u8]) -> Packet<'p> {
                     ack_delay_ns: f.u32("ack_delay_ns"),
                 })
             }
+            Opcode::AckMulti => {
+                let hint = f.u32("rate_hint_mbps");
+                let n = f.u8("blocks");
+                let blocks: Vec<AckBlock> = (0..n)
+                    .map(|i| parse_block(v, &f.str(&format!("block{i}"))))
+                    .collect();
+                f.finish();
+                // The codec's own writer lays the blocks out; what is compared is the decoded
+                // content (the bytes are compared with `hex:`/`emit:` by the caller).
+                let buf = Box::leak(vec![0u8; 16 + blocks.len() * 52 + 4].into_boxed_slice());
+                let mut w = AckMultiWriter::new(buf, dst_conn, hint).expect("buffer");
+                for b in &blocks {
+                    assert!(w.push(b), "{}: block does not fit", v.name);
+                }
+                let len = w.finish().expect("at least one block");
+                let parsed = Packet::parse(&buf[..len]).expect("writer output parses");
+                return Packet {
+                    flags,
+                    path,
+                    dst_conn,
+                    body: parsed.body,
+                };
+            }
             Opcode::Nack => {
                 let psn = f.u32("psn");
                 let stream = f.u32("stream");
@@ -320,6 +344,44 @@ fn expected<'p>(v: &Vector, payload: &'p [u8]) -> Packet<'p> {
         dst_conn,
         body,
     }
+}
+
+/// `path=2 cum_psn=42 sack=0,5 ecn_ce=3 ts_echo=1000000 ack_delay_ns=2500`
+fn parse_block(v: &Vector, s: &str) -> AckBlock {
+    let mut b = AckBlock::default();
+    let mut seen = BTreeSet::new();
+    for kv in s.split_whitespace() {
+        let (k, val) = kv
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{}: bad block item {kv:?}", v.name));
+        let num = |x: &str| -> u32 {
+            x.parse()
+                .unwrap_or_else(|_| panic!("{}: block `{k}`: not a number: {x:?}", v.name))
+        };
+        match k {
+            "path" => b.path = u8::try_from(num(val)).expect("path < 256"),
+            "cum_psn" => b.cum_psn = num(val),
+            "ecn_ce" => b.ecn_ce = num(val),
+            "ts_echo" => b.ts_echo = num(val),
+            "ack_delay_ns" => b.ack_delay_ns = num(val),
+            "sack" => {
+                for t in val.split(',').filter(|t| !t.is_empty()) {
+                    let i = num(t);
+                    assert!(i < 256, "{}: SACK bit {i} out of range", v.name);
+                    b.sack.set(i);
+                }
+            }
+            _ => panic!("{}: unknown block item {k}", v.name),
+        }
+        seen.insert(k.to_string());
+    }
+    assert_eq!(
+        seen.len(),
+        6,
+        "{}: a block lists all six items: {s:?}",
+        v.name
+    );
+    b
 }
 
 fn error_matches(want: &str, got: &WireError) -> bool {
@@ -409,6 +471,7 @@ fn wire_vectors() {
     let mut reasons = BTreeSet::new();
     let mut errors = BTreeSet::new();
     let mut sack_words = BTreeSet::new();
+    let mut multi_words = BTreeSet::new();
     for file in &files {
         let v = load(file);
         if let Some(want) = v.fields.get("error") {
@@ -455,6 +518,13 @@ fn wire_vectors() {
                         let words = a.sack.0.iter().filter(|w| **w != 0).count();
                         sack_words.insert(words);
                     }
+                    if let Ok(Packet {
+                        body: Body::AckMulti(m),
+                        ..
+                    }) = Packet::parse(&v.bytes)
+                    {
+                        multi_words.extend(m.blocks().map(|b| b.words()));
+                    }
                 }
                 Err(e) => failures.push(format!("{}: {e}", v.name)),
             }
@@ -478,7 +548,7 @@ fn wire_vectors() {
     let all_ops: BTreeSet<u8> = (0..=255u8)
         .filter(|&b| Opcode::from_u8(b).is_some())
         .collect();
-    assert_eq!(all_ops.len(), 17);
+    assert_eq!(all_ops.len(), 18);
     assert_eq!(opcodes, all_ops, "every opcode needs a valid vector");
     assert_eq!(
         reasons,
@@ -498,4 +568,10 @@ fn wire_vectors() {
         sack_words.contains(&4),
         "need an ACK with SACK bits in all four words"
     );
+    for w in [0, 1, 4] {
+        assert!(
+            multi_words.contains(&w),
+            "need an ACK_MULTI block with {w} SACK words"
+        );
+    }
 }

@@ -9,7 +9,12 @@
 //! Every native packet is: base header (8 B) | opcode-specific headers | payload | CRC-32 (4 B).
 //! All multi-byte fields are big-endian (network order).
 
+mod ack_multi;
 mod sack;
+pub use ack_multi::{
+    AckBlock, AckBlocks, AckMultiRepr, AckMultiWriter, ACK_BLOCK_LEN, ACK_MULTI_HEADER_LEN,
+    ACK_MULTI_PATH,
+};
 pub use sack::Sack256;
 
 use core::fmt;
@@ -68,6 +73,7 @@ pub enum Opcode {
     AtomicResp = 0x09,
     Ack = 0x10,
     Nack = 0x11,
+    AckMulti = 0x12,
     Open = 0x20,
     OpenAck = 0x21,
     Close = 0x22,
@@ -91,6 +97,7 @@ impl Opcode {
             0x09 => AtomicResp,
             0x10 => Ack,
             0x11 => Nack,
+            0x12 => AckMulti,
             0x20 => Open,
             0x21 => OpenAck,
             0x22 => Close,
@@ -122,6 +129,7 @@ impl Opcode {
             AtomicResp => seq + 8,
             Ack => ACK_BODY_LEN,
             Nack => NACK_BODY_LEN,
+            AckMulti => ACK_MULTI_HEADER_LEN,
             Open | OpenAck => OPEN_BODY_LEN,
             Close | CloseAck => CLOSE_BODY_LEN,
             Probe | ProbeAck => PROBE_BODY_LEN,
@@ -203,7 +211,8 @@ impl<T: AsRef<[u8]>> PacketView<T> {
         if b.len() < min {
             return Err(WireError::Truncated);
         }
-        if !op.has_payload() && b.len() != min {
+        // ACK_MULTI's blocks follow its fixed part; `Packet::parse` checks their lengths.
+        if !op.has_payload() && op != Opcode::AckMulti && b.len() != min {
             return Err(WireError::Malformed("trailing bytes after headers"));
         }
         Ok(PacketView { buf })
@@ -231,6 +240,9 @@ impl<T: AsRef<[u8]>> PacketView<T> {
     /// The payload bytes (empty for opcodes without one).
     pub fn payload(&self) -> &[u8] {
         let b = self.buf.as_ref();
+        if !self.opcode().has_payload() {
+            return &[];
+        }
         &b[BASE_LEN + self.opcode().header_len()..b.len() - TRAILER_LEN]
     }
     pub fn into_inner(self) -> T {
@@ -420,6 +432,7 @@ pub enum Body<'a> {
     Data(DataRepr<'a>),
     Ack(AckRepr),
     Nack(NackRepr),
+    AckMulti(AckMultiRepr<'a>),
     Open(OpenRepr),
     OpenAck(OpenRepr),
     Close(CloseRepr),
@@ -443,6 +456,7 @@ impl<'a> Packet<'a> {
             Body::Data(d) => d.op.opcode(),
             Body::Ack(_) => Opcode::Ack,
             Body::Nack(_) => Opcode::Nack,
+            Body::AckMulti(_) => Opcode::AckMulti,
             Body::Open(_) => Opcode::Open,
             Body::OpenAck(_) => Opcode::OpenAck,
             Body::Close(_) => Opcode::Close,
@@ -461,7 +475,11 @@ impl<'a> Packet<'a> {
 
     /// Bytes `emit` writes: headers, payload and trailer.
     pub fn buffer_len(&self) -> usize {
-        BASE_LEN + self.opcode().header_len() + self.payload().len() + TRAILER_LEN
+        let blocks = match &self.body {
+            Body::AckMulti(m) => m.blocks_len(),
+            _ => 0,
+        };
+        BASE_LEN + self.opcode().header_len() + self.payload().len() + blocks + TRAILER_LEN
     }
 
     /// Parse and verify a received packet (the UDP payload). Never panics.
@@ -558,6 +576,12 @@ impl<'a> Packet<'a> {
                         rnr_delay,
                     })
                 }
+                Opcode::AckMulti => {
+                    let hint = r.u32();
+                    let count = r.u8();
+                    let _reserved = (r.u8(), r.u16());
+                    Body::AckMulti(AckMultiRepr::parse(hint, count, r.rest())?)
+                }
                 Opcode::Open | Opcode::OpenAck => {
                     let o = OpenRepr {
                         src_conn: r.u32(),
@@ -618,6 +642,16 @@ impl<'a> Packet<'a> {
 
     /// Write headers, payload and CRC trailer into `buf`; returns the bytes written.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        if let Body::AckMulti(m) = &self.body {
+            let end = self.buffer_len() - TRAILER_LEN;
+            if buf.len() < end + TRAILER_LEN {
+                return Err(WireError::BufferTooSmall);
+            }
+            let hdr = self.emit_headers(buf)?;
+            let n = m.write_blocks(&mut buf[hdr..]);
+            debug_assert_eq!(hdr + n, end);
+            return Ok(seal(buf, end));
+        }
         let hdr = self.emit_headers(buf)?;
         let p = self.payload();
         let end = hdr + p.len();
@@ -700,6 +734,13 @@ impl<'a> Packet<'a> {
                 w.u32(a.rate_hint_mbps);
                 w.u32(a.ts_echo);
                 w.u32(a.ack_delay_ns);
+            }
+            Body::AckMulti(m) => {
+                // The fixed part only; `emit` writes the blocks after it.
+                w.u32(m.rate_hint_mbps);
+                w.u8(m.count() as u8);
+                w.u8(0);
+                w.u16(0);
             }
             Body::Nack(n) => {
                 w.u32(n.psn);
