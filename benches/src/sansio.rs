@@ -187,7 +187,7 @@ struct Kinds {
 fn classify(k: &mut Kinds, bytes: &[u8]) {
     // Byte 1 of every native packet is its opcode (spec/wire.md); no parse, no CRC.
     match bytes.get(1).copied().and_then(Opcode::from_u8) {
-        Some(Opcode::Ack) => k.acks += 1,
+        Some(Opcode::Ack | Opcode::AckMulti) => k.acks += 1,
         Some(op) if (Opcode::Send as u8..=Opcode::AtomicResp as u8).contains(&(op as u8)) => {
             k.data += 1
         }

@@ -58,6 +58,13 @@ pub struct ConnConfig {
     pub ack_every: u32,
     /// Longest a receiver holds an ACK (ns).
     pub ack_delay_ns: u64,
+    /// When an ACK is due, acknowledge every path with something new in one ACK_MULTI
+    /// (spec/transport.md §6.2) instead of one ACK per path.
+    pub ack_multi: bool,
+    /// With `ack_multi`, also add blocks for paths with no ACK due yet but at least
+    /// `ack_every / 2` packets unacknowledged ("riders", acknowledged early;
+    /// spec/transport.md §6.2).
+    pub ack_multi_riders: bool,
     /// OPEN / CLOSE resend interval (ns), doubled after each try up to 8 times this.
     pub open_rto_ns: u64,
     /// OPEN / CLOSE tries before the connection fails.
@@ -111,6 +118,8 @@ impl Default for ConnConfig {
             initial_rto_ns: 100_000,
             ack_every: 4,
             ack_delay_ns: 5_000,
+            ack_multi: true,
+            ack_multi_riders: true,
             open_rto_ns: 1_000_000,
             open_tries: 16,
             retry_limit: 16,

@@ -37,8 +37,13 @@ pub struct ConnCounters {
     /// Packets naming a path the connection does not have.
     pub rx_bad_path: u64,
     pub rx_out_of_window: u64,
+    /// ACK datagrams sent (ACK or ACK_MULTI) and received.
     pub acks_sent: u64,
     pub acks_received: u64,
+    /// Of those, ACK_MULTI datagrams, and the path blocks the sent ones carried.
+    pub ack_multi_sent: u64,
+    pub ack_multi_received: u64,
+    pub ack_blocks_sent: u64,
     pub sack_holes: u64,
     pub time_losses: u64,
     pub rtos: u64,

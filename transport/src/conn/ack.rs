@@ -2,20 +2,67 @@
 
 use super::*;
 
+/// What the blocks of one ACK datagram left to do once they are all in.
+#[derive(Default)]
+struct AckDone {
+    /// Some block acknowledged a packet: run time-based loss detection.
+    newest: bool,
+    /// Streams with newly acknowledged requests, to complete in order.
+    touched: SmallVec<[u32; 4]>,
+}
+
 impl Connection {
     pub(super) fn on_ack(&mut self, now: u64, path: u8, a: &AckRepr) {
-        let p = path as usize;
-        if p >= self.paths.len() {
+        if path as usize >= self.paths.len() {
             self.counters.rx_bad_path += 1;
             return;
         }
+        let block = AckBlock {
+            path,
+            cum_psn: a.cum_psn,
+            sack: a.sack,
+            ecn_ce: a.ecn_ce,
+            ts_echo: a.ts_echo,
+            ack_delay_ns: a.ack_delay_ns,
+        };
+        let mut done = AckDone::default();
+        self.ack_begin(now, a.rate_hint_mbps);
+        self.ack_block(now, &block, &mut done);
+        self.ack_end(now, done);
+    }
+
+    /// An ACK_MULTI: the hint once, each block as its path's ACK, then loss detection and
+    /// completions once for all of them (spec/transport.md §5.3).
+    pub(super) fn on_ack_multi(&mut self, now: u64, m: &AckMultiRepr<'_>) {
+        self.counters.ack_multi_received += 1;
+        let mut done = AckDone::default();
+        let mut begun = false;
+        for b in m.blocks() {
+            if b.path as usize >= self.paths.len() {
+                self.counters.rx_bad_path += 1;
+                continue;
+            }
+            if !begun {
+                self.ack_begin(now, m.rate_hint_mbps);
+                begun = true;
+            }
+            self.ack_block(now, &b, &mut done);
+        }
+        if begun {
+            self.ack_end(now, done);
+        }
+    }
+
+    /// What every ACK datagram tells, whatever paths it covers: the peer is alive and the
+    /// hint it gives.
+    fn ack_begin(&mut self, now: u64, rate_hint_mbps: u32) {
         self.counters.acks_received += 1;
         self.last_ack_at = now;
         self.ack_req_out = false;
         let was_cold = self.hint_req_at.take().is_some();
         self.hint_tries = 0;
-        if a.rate_hint_mbps != 0 {
-            self.apply_hint(a.rate_hint_mbps);
+        if rate_hint_mbps != 0 {
+            self.apply_hint(rate_hint_mbps);
             if was_cold && self.pilot_sent_at.is_none() {
                 // No pilot went (the pacing after one is set below): data starts at the
                 // pilot's (random) time if that is still ahead; otherwise senders released by
@@ -29,6 +76,11 @@ impl Connection {
             }
         }
         self.pilot_at = None;
+    }
+
+    /// One path's acknowledgement (`b.path` checked by the caller).
+    fn ack_block(&mut self, now: u64, a: &AckBlock, done: &mut AckDone) {
+        let p = a.path as usize;
         let now32 = now as u32;
         let rtt = now32.wrapping_sub(a.ts_echo).wrapping_sub(a.ack_delay_ns);
         let rtt_sample = (a.ts_echo != 0 && rtt < 1 << 31).then_some(rtt.max(1) as u64);
@@ -74,15 +126,14 @@ impl Connection {
         }
         self.counters.sack_holes += out.lost.len() as u64;
         for c in out.lost.drain(..) {
-            self.retx.push_back((c, path));
+            self.retx.push_back((c, a.path));
         }
         if let Some(t) = out.newest_acked_sent_at {
             if t > self.rack_time {
                 self.rack_time = t;
             }
-            self.detect_time_losses(now);
+            done.newest = true;
         }
-        let mut touched: SmallVec<[u32; 4]> = SmallVec::new();
         for c in out.acked.drain(..) {
             match c {
                 ChunkRef::Req { stream, msn, chunk } => {
@@ -90,8 +141,8 @@ impl Connection {
                         if let Some(w) = s.wr_mut(msn) {
                             w.acked.set(chunk);
                         }
-                        if !touched.contains(&stream) {
-                            touched.push(stream);
+                        if !done.touched.contains(&stream) {
+                            done.touched.push(stream);
                         }
                     }
                 }
@@ -109,7 +160,13 @@ impl Connection {
             }
         }
         self.ack_scratch = out;
-        for s in touched {
+    }
+
+    fn ack_end(&mut self, now: u64, done: AckDone) {
+        if done.newest {
+            self.detect_time_losses(now);
+        }
+        for s in done.touched {
             self.complete_requests(s);
         }
     }
@@ -209,14 +266,92 @@ impl Connection {
         }
     }
 
+    /// The next ACK datagram, if one is due: with `ack_multi`, one ACK_MULTI for every path
+    /// of the due path's plane whose ACK is due too, and (`ack_multi_riders`) every path
+    /// with at least half of `ack_every` packets unacknowledged, so a burst sprayed over N
+    /// paths costs one ACK, not N (spec/transport.md §6.2); a plain ACK when only the due
+    /// path has news.
+    pub(super) fn emit_acks(&mut self, now: u64, buf: &mut [u8]) -> Option<(usize, u16)> {
+        while let Some(p) = self.ack_queue.pop_front() {
+            self.ack_queued[p as usize] = false;
+            let rx = &self.rx_paths[p as usize];
+            // An answer to a hint request is being held: this ACK goes out with it (a cold
+            // sender's pilot must not fetch a hint that does not yet count its fellow senders).
+            if !rx.ack_now || rx.hint_ack_at.is_some() {
+                continue;
+            }
+            if self.cfg.ack_multi && self.rx_paths.len() > 1 {
+                if let Some(x) = self.emit_ack_multi(now, p, buf) {
+                    return Some(x);
+                }
+            }
+            if let Some(x) = self.emit_ack(now, p, buf) {
+                return Some(x);
+            }
+        }
+        None
+    }
+
+    /// Whether path `i` has anything a new ACK would tell.
+    fn ack_pending(&self, i: usize) -> bool {
+        let r = &self.rx_paths[i];
+        (r.ack_now || (self.cfg.ack_multi_riders && r.unacked >= (self.cfg.ack_every / 2).max(1)))
+            && r.hint_ack_at.is_none()
+    }
+
+    /// An ACK_MULTI led by the due path `first`; None if no other path has news (the caller
+    /// then sends a plain ACK) or the buffer is too small.
+    fn emit_ack_multi(&mut self, now: u64, first: u8, buf: &mut [u8]) -> Option<(usize, u16)> {
+        let plane = self.ctrl_port(first);
+        let n = self.rx_paths.len();
+        let others = (0..n).any(|i| {
+            i != first as usize && self.ack_pending(i) && self.ctrl_port(i as u8) == plane
+        });
+        if !others {
+            return None;
+        }
+        let mut w = AckMultiWriter::new(buf, self.peer_conn, self.hint_for_peer_mbps).ok()?;
+        // The due path first, then the others in path order while they fit (those left out
+        // keep their state for the next ACK).
+        let order = std::iter::once(first as usize).chain((0..n).filter(|&i| i != first as usize));
+        for i in order {
+            if !w.has_room() {
+                break;
+            }
+            if !self.ack_pending(i) || self.ctrl_port(i as u8) != plane {
+                continue;
+            }
+            let rx = &mut self.rx_paths[i];
+            let b = AckBlock {
+                path: i as u8,
+                cum_psn: rx.cum,
+                sack: rx.sack,
+                ecn_ce: rx.ce_count,
+                ts_echo: rx.ts_echo,
+                ack_delay_ns: now.saturating_sub(rx.ts_arrival).min(u32::MAX as u64) as u32,
+            };
+            if w.push(&b) {
+                rx.ack_now = false;
+                rx.unacked = 0;
+                rx.first_unacked_at = None;
+            }
+        }
+        let blocks = w.count() as u64;
+        let len = w.finish()?;
+        self.counters.acks_sent += 1;
+        self.counters.ack_multi_sent += 1;
+        self.counters.ack_blocks_sent += blocks;
+        self.last_tx_port = plane;
+        let port = match self.rx_paths[first as usize].reply_port {
+            0 => self.paths[first as usize].entropy,
+            r => r,
+        };
+        Some((len, port))
+    }
+
     pub(super) fn emit_ack(&mut self, now: u64, p: u8, buf: &mut [u8]) -> Option<(usize, u16)> {
         let hint = self.hint_for_peer_mbps;
         let rx = &mut self.rx_paths[p as usize];
-        // An answer to a hint request is being held: this ACK goes out with it (a cold
-        // sender's pilot must not fetch a hint that does not yet count its fellow senders).
-        if !rx.ack_now || rx.hint_ack_at.is_some() {
-            return None;
-        }
         rx.ack_now = false;
         rx.unacked = 0;
         rx.first_unacked_at = None;

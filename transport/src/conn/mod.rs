@@ -7,8 +7,8 @@ use crate::counters::ConnCounters;
 use crate::mem::{access, AtomicOp, MemError, Memory};
 use crate::path::{AckOutcome, ChunkRef, PathState, RxPath, RxVerdict, TxPath};
 use crate::wire::{
-    self, flags, AckRepr, Body, CloseRepr, DataOp, DataRepr, MsgHeader, NackReason, NackRepr,
-    OpenRepr, Packet, ProbeRepr, SeqHeader,
+    self, flags, AckBlock, AckMultiRepr, AckMultiWriter, AckRepr, Body, CloseRepr, DataOp,
+    DataRepr, MsgHeader, NackReason, NackRepr, OpenRepr, Packet, ProbeRepr, SeqHeader,
 };
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
@@ -620,6 +620,7 @@ impl Connection {
         match &pkt.body {
             Body::Data(d) => self.on_data(now, pkt.path, pkt.flags, d, src_port, ce, mem),
             Body::Ack(a) => self.on_ack(now, pkt.path, a),
+            Body::AckMulti(m) => self.on_ack_multi(now, m),
             Body::Nack(n) => self.on_nack(now, pkt.path, n),
             Body::OpenAck(o) => {
                 if self.state == ConnState::Opening {
@@ -714,11 +715,8 @@ impl Connection {
         if let Some(x) = self.emit_ctrl(now, buf) {
             return Some(x);
         }
-        while let Some(p) = self.ack_queue.pop_front() {
-            self.ack_queued[p as usize] = false;
-            if let Some(x) = self.emit_ack(now, p, buf) {
-                return Some(x);
-            }
+        if let Some(x) = self.emit_acks(now, buf) {
+            return Some(x);
         }
         if let Some((path, n)) = self.nack_queue.pop_front() {
             let pkt = Packet {

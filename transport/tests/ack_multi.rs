@@ -1,0 +1,200 @@
+//! ACK_MULTI (spec/wire.md §2.10.1, transport.md §5.3 and §6.2): a burst sprayed over many
+//! paths is acknowledged by one datagram, the sender completes everything from it, and a
+//! block naming a path the connection does not have is counted and skipped, not fatal.
+
+mod common;
+
+use common::*;
+use ferroce_transport::mem::access;
+use ferroce_transport::wire::{AckBlock, AckMultiWriter, Body, Opcode, Packet};
+use ferroce_transport::*;
+
+const PATHS: u8 = 16;
+
+fn write_wr(id: u64, lkey: u32, rkey: u32, slot: u64) -> SendWr {
+    SendWr {
+        wr_id: id,
+        op: SendOp::Write {
+            rkey,
+            raddr: DST + slot * P as u64,
+            imm: None,
+        },
+        sgl: [Sge {
+            lkey,
+            addr: 0x1000 + slot * P as u64,
+            len: P,
+        }]
+        .into_iter()
+        .collect(),
+        signaled: true,
+        solicited: false,
+        fence: false,
+    }
+}
+
+/// A and B with `PATHS` paths, warmed up (hint, RTT samples) by 2·PATHS single-packet
+/// WRITEs; returns the pair and the keys.
+fn warm_pair(f: impl Fn(&mut EndpointConfig)) -> (Pair, u32, u32) {
+    let mut p = Pair::with(|c| {
+        c.conn.paths = PATHS;
+        f(c);
+    });
+    let lkey =
+        p.ma.register(1, 0x1000, 64 * P as usize, access::LOCAL_WRITE);
+    let rkey = p.mb.register(
+        1,
+        DST,
+        64 * P as usize,
+        access::LOCAL_WRITE | access::REMOTE_WRITE,
+    );
+    for i in 0..2 * PATHS as u64 {
+        p.a.post_send(p.a_conn, 1, write_wr(i, lkey, rkey, i))
+            .unwrap();
+    }
+    let mut done = 0;
+    for _ in 0..10_000 {
+        p.exchange();
+        while p.a.poll_completion().is_some() {
+            done += 1;
+        }
+        if done == 2 * PATHS as usize {
+            break;
+        }
+    }
+    assert_eq!(done, 2 * PATHS as usize, "warm-up did not complete");
+    // Let every delayed ACK and timer settle.
+    for _ in 0..50 {
+        p.exchange();
+    }
+    (p, lkey, rkey)
+}
+
+/// A's next `n` data packets, collected (not delivered) as A's pacing releases them.
+fn burst(p: &mut Pair, n: usize) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for _ in 0..100_000 {
+        if p.a.poll_timeout().is_some_and(|t| t <= p.now) {
+            p.a.handle_timeout(p.now);
+        }
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let d = p.buf[..t.len].to_vec();
+            let op = Packet::parse(&d).unwrap().opcode();
+            assert!(op.is_sequenced(), "unexpected {op:?} from A");
+            out.push(d);
+        }
+        if out.len() >= n {
+            return out;
+        }
+        p.now += 10;
+    }
+    panic!("A released only {} of {n} packets", out.len());
+}
+
+/// Deliver `pkts` to B at one instant, then take everything B sends.
+fn deliver_burst(p: &mut Pair, pkts: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    for d in pkts {
+        p.b.handle_datagram(p.now, A, 50_000, false, d, &mut p.mb);
+    }
+    let mut out = Vec::new();
+    while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+        out.push(p.buf[..t.len].to_vec());
+    }
+    out
+}
+
+fn run_burst(ack_multi: bool) -> (Vec<Vec<u8>>, usize, Pair) {
+    let (mut p, lkey, rkey) = warm_pair(|c| c.conn.ack_multi = ack_multi);
+    let base = 2 * PATHS as u64;
+    for i in 0..PATHS as u64 {
+        p.a.post_send(p.a_conn, 1, write_wr(base + i, lkey, rkey, base + i))
+            .unwrap();
+    }
+    let pkts = burst(&mut p, PATHS as usize);
+    let paths: std::collections::BTreeSet<u8> = pkts
+        .iter()
+        .map(|d| Packet::parse(d).unwrap().path)
+        .collect();
+    let acks = deliver_burst(&mut p, &pkts);
+    for d in &acks {
+        p.a.handle_datagram(p.now, B, 50_000, false, d, &mut p.ma);
+    }
+    let mut done = 0;
+    while let Some(c) = p.a.poll_completion() {
+        assert_eq!(c.status, Status::Success);
+        done += 1;
+    }
+    assert_eq!(done, PATHS as usize, "the burst's ACKs did not complete it");
+    (acks, paths.len(), p)
+}
+
+#[test]
+fn a_burst_over_many_paths_is_acknowledged_by_one_datagram() {
+    let (acks, paths, p) = run_burst(true);
+    // Spraying puts the burst's packets on (nearly) as many paths as there are packets.
+    assert!(
+        paths >= PATHS as usize / 2,
+        "the burst used only {paths} path(s)"
+    );
+    assert_eq!(acks.len(), 1, "one ACK datagram for the whole burst");
+    let pkt = Packet::parse(&acks[0]).unwrap();
+    let Body::AckMulti(m) = pkt.body else {
+        panic!("not an ACK_MULTI: {:?}", pkt.opcode());
+    };
+    assert_eq!(m.count(), paths, "one block per path of the burst");
+    let mut seen: Vec<u8> = m.blocks().map(|b| b.path).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), paths);
+    // In-order paths carry no SACK words: 20 bytes each.
+    assert_eq!(acks[0].len(), 20 + 20 * paths);
+    let a = p.a.connection(p.a_conn).unwrap().counters;
+    assert_eq!(a.ack_multi_received, 1);
+    let b = p.b.connections().next().unwrap().counters;
+    assert_eq!(b.ack_multi_sent, 1);
+    assert_eq!(b.ack_blocks_sent, paths as u64);
+}
+
+#[test]
+fn without_ack_multi_every_path_gets_its_own_ack() {
+    let (acks, paths, _) = run_burst(false);
+    assert_eq!(acks.len(), paths);
+    for d in &acks {
+        assert_eq!(Packet::parse(d).unwrap().opcode(), Opcode::Ack);
+    }
+}
+
+#[test]
+fn a_block_for_an_unknown_path_is_counted_and_the_others_are_processed() {
+    let (mut p, lkey, rkey) = warm_pair(|_| {});
+    let base = 2 * PATHS as u64;
+    p.a.post_send(p.a_conn, 1, write_wr(base, lkey, rkey, base))
+        .unwrap();
+    let pkts = burst(&mut p, 1);
+    let first = Packet::parse(&pkts[0]).unwrap();
+    let Body::Data(d) = first.body else {
+        unreachable!()
+    };
+    // B's answer, crafted: a block for path 200 (the connection has 16), then the real one.
+    let mut buf = [0u8; 256];
+    let mut w = AckMultiWriter::new(&mut buf, p.to_a, 0).unwrap();
+    assert!(w.push(&AckBlock {
+        path: 200,
+        cum_psn: 7,
+        ..AckBlock::default()
+    }));
+    assert!(w.push(&AckBlock {
+        path: first.path,
+        cum_psn: d.seq.psn.wrapping_add(1),
+        ts_echo: d.seq.tsval,
+        ..AckBlock::default()
+    }));
+    let n = w.finish().unwrap();
+    let before = p.a.connection(p.a_conn).unwrap().counters.rx_bad_path;
+    p.a.handle_datagram(p.now, B, 50_000, false, &buf[..n], &mut p.ma);
+    let c =
+        p.a.poll_completion()
+            .expect("the good block completes the WRITE");
+    assert_eq!((c.wr_id, c.status), (base, Status::Success));
+    let after = p.a.connection(p.a_conn).unwrap().counters.rx_bad_path;
+    assert_eq!(after, before + 1);
+}
