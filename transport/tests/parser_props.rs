@@ -6,9 +6,9 @@
 //!     valid packet is invalid. Plus SACK bit order and PSN serial arithmetic.
 
 use ferroce_transport::wire::{
-    psn_diff, psn_lt, seal, AckBlock, AckMultiWriter, AckRepr, Body, CloseRepr, DataOp, DataRepr, MsgHeader, NackReason,
-    NackRepr, Opcode, OpenRepr, Packet, PacketView, ProbeRepr, Sack256, SeqHeader, WireError,
-    BASE_LEN, TRAILER_LEN,
+    psn_diff, psn_lt, seal, AckBlock, AckMultiWriter, AckRepr, Body, CloseRepr, DataOp, DataRepr,
+    MsgHeader, NackReason, NackRepr, Opcode, OpenRepr, Packet, PacketView, ProbeRepr, Sack256,
+    SeqHeader, WireError, BASE_LEN, TRAILER_LEN,
 };
 use proptest::prelude::*;
 

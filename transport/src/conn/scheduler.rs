@@ -31,6 +31,37 @@ impl Connection {
             .map_or(silent, |(i, _)| i)
     }
 
+    /// Whether `pick_path(bytes, _)` would find a path, without its side effects (the
+    /// round-robin cursor) and without comparing loads.
+    pub(super) fn any_path_has_room(&mut self, bytes: u32) -> bool {
+        let any_good = self.paths.iter().any(|p| p.state == PathState::Good);
+        let newest = if any_good {
+            0
+        } else {
+            self.paths.iter().map(|q| q.failed_at).min().unwrap_or(0)
+        };
+        let mut blocked = false;
+        for p in &self.paths {
+            let usable = if any_good {
+                p.state == PathState::Good
+            } else {
+                p.failed_at == newest
+            };
+            if !usable || !p.has_room(bytes) {
+                continue;
+            }
+            if p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+                blocked = true;
+                continue;
+            }
+            return true;
+        }
+        if blocked {
+            self.port_blocked = true;
+        }
+        false
+    }
+
     /// Pick the path for the next packet: the least-loaded usable path with room, avoiding
     /// `avoid` (the path that just lost this chunk) when another will do.
     pub(super) fn pick_path(&mut self, bytes: u32, avoid: u8) -> Option<usize> {
@@ -167,8 +198,9 @@ impl Connection {
         if self.peer_hint_mbps != 0 && now < self.pace_next {
             return None;
         }
-        // Nothing goes out unless some path has room for a full packet.
-        if self.pick_path(self.mtu, u8::MAX).is_none() {
+        // Nothing goes out unless some path has room for a full packet (checked without
+        // choosing one: `build_packet` chooses, once, for the chunk it builds).
+        if !self.any_path_has_room(self.mtu) {
             self.pace_fresh = true;
             return None;
         }
