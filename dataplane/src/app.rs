@@ -856,3 +856,29 @@ pub fn run_pair(
     sv.verify_writes();
     (cl.result(), sv.result())
 }
+
+/// Poll `engines` and a [`PairDriver`] on this one thread until the workload is
+/// done or `timeout`; true if it timed out.
+pub fn drive(
+    engines: &mut [crate::engine::Engine],
+    app: &mut PairDriver,
+    timeout: Duration,
+) -> bool {
+    let t0 = std::time::Instant::now();
+    let mut n = 0u32;
+    loop {
+        for e in engines.iter_mut() {
+            e.poll();
+        }
+        app.step();
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(256) {
+            if app.done() {
+                return false;
+            }
+            if t0.elapsed() > timeout {
+                return true;
+            }
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! Engines joined back to back by net_ring, and the helpers the benchmark and tests share.
 
+use crate::app::drive;
 use crate::cpu::{alloc_counts, thread_cpu_ns};
-use crate::engine::{self, drive, Engine, EngineHandle, EngineParams};
+use crate::engine::{self, Engine, EngineHandle, EngineParams};
 use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
 use ferroce_transport::{Endpoint, EndpointConfig};
 use std::sync::atomic::{AtomicU32, Ordering};

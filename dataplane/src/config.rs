@@ -793,7 +793,7 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
     eprintln!(
         "ferroce dataplane: {} on {} ({}), {} {}",
         cfg.net.address,
-        engine.port().name(),
+        engine.io_name(),
         net::fmt_mac(engine.mac()),
         ferroce_dpdk_sys::version(),
         if cfg.eal_argv().iter().any(|a| a == "--no-huge") {

@@ -3,9 +3,11 @@
 //! decision counted. It works on frames, so it sits between the PMD and the engine; ARP frames
 //! pass untouched so neighbour resolution is not part of the experiment.
 
+use crate::io::{IoCaps, PacketIo, TxCount};
 use crate::net;
 use ferroce_dpdk_sys::{Mbuf, Mempool};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use std::collections::VecDeque;
 
 /// Faults of one direction. All probabilities are per frame, in [0, 1].
@@ -279,6 +281,89 @@ impl FaultInjector {
     /// Release everything held (at shutdown).
     pub fn flush_all(&mut self, out: &mut Vec<Mbuf>) {
         out.extend(self.held.drain(..).map(|(m, _, _)| m));
+    }
+}
+
+/// The injectors of both directions around any [`PacketIo`]: received frames pass the
+/// receive injector after `inner` hands them up, sent frames the send injector before they
+/// go down. Frames the device did not take stay in the caller's queue and are not faulted a
+/// second time when offered again.
+pub struct FaultIo {
+    inner: Box<dyn PacketIo>,
+    tx: FaultInjector,
+    rx: FaultInjector,
+    /// Duplicates are copies in fresh mbufs from here.
+    pool: Mempool,
+    rx_stage: Vec<Mbuf>,
+    tx_stage: Vec<Mbuf>,
+    /// The first `carried` frames of the caller's transmit queue passed the injector already.
+    carried: usize,
+}
+
+impl FaultIo {
+    pub fn new(
+        inner: Box<dyn PacketIo>,
+        tx: FaultInjector,
+        rx: FaultInjector,
+        pool: Mempool,
+    ) -> Self {
+        FaultIo {
+            inner,
+            tx,
+            rx,
+            pool,
+            rx_stage: Vec::new(),
+            tx_stage: Vec::new(),
+            carried: 0,
+        }
+    }
+}
+
+impl PacketIo for FaultIo {
+    fn rx_burst(&mut self, now: u64, out: &mut Vec<Mbuf>, max: u16) -> usize {
+        let before = out.len();
+        self.inner.rx_burst(now, &mut self.rx_stage, max);
+        for m in self.rx_stage.drain(..) {
+            self.rx.apply(m, now, &self.pool, out);
+        }
+        self.rx.flush_expired(now, out);
+        out.len() - before
+    }
+
+    fn tx_burst(&mut self, now: u64, pkts: &mut Vec<Mbuf>) -> TxCount {
+        let keep = self.carried.min(pkts.len());
+        for m in pkts.drain(keep..) {
+            self.tx.apply(m, now, &self.pool, &mut self.tx_stage);
+        }
+        pkts.append(&mut self.tx_stage);
+        self.tx.flush_expired(now, pkts);
+        let sent = self.inner.tx_burst(now, pkts);
+        self.carried = pkts.len();
+        sent
+    }
+
+    fn caps(&self) -> IoCaps {
+        self.inner.caps()
+    }
+
+    fn link_up(&self) -> bool {
+        self.inner.link_up()
+    }
+
+    fn stats(&self, out: &mut Map<String, Value>) {
+        let j = |c: &FaultCounters| serde_json::to_value(c).unwrap_or(Value::Null);
+        out.insert("fault_tx".into(), j(&self.tx.counters));
+        out.insert("fault_rx".into(), j(&self.rx.counters));
+        self.inner.stats(out);
+    }
+
+    fn release(&mut self, out: &mut Vec<Mbuf>) {
+        self.tx.flush_all(out);
+        self.inner.release(out);
+    }
+
+    fn flush(&mut self) {
+        self.inner.flush();
     }
 }
 

@@ -2,8 +2,10 @@
 //!
 //! - [`engine`]: the run loop (rx burst → Ethernet/ARP/IPv4/UDP → transport → tx burst,
 //!   timers from the TSC), bounded queues to the application ([`engine::EngineHandle`]).
-//! - [`net`]: frame parsing and header writing; [`fault`]: the seeded fault injector;
-//!   [`pcap`]: capture; [`counters`]: counters and their JSON form.
+//! - [`io`]: the packet I/O seam ([`io::PacketIo`]: rx burst, tx burst, capabilities), a DPDK
+//!   port as its implementation; [`fault`] (the seeded fault injector) and [`pcap`]
+//!   (capture) wrap any of them.
+//! - [`net`]: frame parsing and header writing; [`counters`]: counters and their JSON form.
 //! - [`config`]: the TOML configuration (with flag and environment overrides) and
 //!   [`config::run_engine`], what `ferroce dataplane` runs.
 //! - [`app`]: a self-verifying workload (the harness's) over an engine's queues.
@@ -19,6 +21,7 @@ pub mod counters;
 pub mod cpu;
 pub mod engine;
 pub mod fault;
+pub mod io;
 pub mod net;
 pub mod netns;
 pub mod pcap;

@@ -2,6 +2,9 @@
 //! receives, as it is on the wire: received frames before the rx fault injector, sent frames
 //! after the tx fault injector.
 
+use crate::io::{IoCaps, PacketIo, TxCount};
+use ferroce_dpdk_sys::Mbuf;
+use serde_json::{Map, Value};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
@@ -72,6 +75,70 @@ impl PcapWriter {
         if self.out.flush().is_err() {
             self.errors += 1;
         }
+    }
+}
+
+/// Capture of every frame that crosses `inner`: frames as received, and frames as offered to
+/// it for sending, each once (a frame the device did not take yet is not written again).
+pub struct PcapIo {
+    inner: Box<dyn PacketIo>,
+    w: PcapWriter,
+    /// The first `recorded` frames of the caller's transmit queue were written already.
+    recorded: usize,
+}
+
+impl PcapIo {
+    pub fn new(inner: Box<dyn PacketIo>, w: PcapWriter) -> Self {
+        PcapIo {
+            inner,
+            w,
+            recorded: 0,
+        }
+    }
+}
+
+impl PacketIo for PcapIo {
+    fn rx_burst(&mut self, now: u64, out: &mut Vec<Mbuf>, max: u16) -> usize {
+        let before = out.len();
+        let n = self.inner.rx_burst(now, out, max);
+        for m in &out[before..] {
+            self.w.write(now, m.data());
+        }
+        n
+    }
+
+    fn tx_burst(&mut self, now: u64, pkts: &mut Vec<Mbuf>) -> TxCount {
+        // The caller may have dropped frames from the back of its queue meanwhile.
+        let from = self.recorded.min(pkts.len());
+        for m in &pkts[from..] {
+            self.w.write(now, m.data());
+        }
+        let sent = self.inner.tx_burst(now, pkts);
+        self.recorded = pkts.len();
+        sent
+    }
+
+    fn caps(&self) -> IoCaps {
+        self.inner.caps()
+    }
+
+    fn link_up(&self) -> bool {
+        self.inner.link_up()
+    }
+
+    fn stats(&self, out: &mut Map<String, Value>) {
+        out.insert("pcap_frames".into(), self.w.frames.into());
+        out.insert("pcap_errors".into(), self.w.errors.into());
+        self.inner.stats(out);
+    }
+
+    fn release(&mut self, out: &mut Vec<Mbuf>) {
+        self.inner.release(out);
+    }
+
+    fn flush(&mut self) {
+        self.w.flush();
+        self.inner.flush();
     }
 }
 

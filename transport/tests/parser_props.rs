@@ -396,7 +396,7 @@ proptest! {
             }
             buf.extend_from_slice(&s);
         }
-        buf.extend(std::iter::repeat(0xab).take(extra));
+        buf.extend(std::iter::repeat_n(0xab, extra));
         let n = buf.len();
         buf.extend_from_slice(&[0; TRAILER_LEN]);
         seal(&mut buf, n);

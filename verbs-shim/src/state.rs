@@ -318,7 +318,7 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     eng.set_output_sink(Box::new(on_output));
     dbg_log!(
         "{mode:?} engine on {} ({}), {ip}, MTU {mtu}",
-        eng.port().name(),
+        eng.io_name(),
         ferroce_dataplane::net::fmt_mac(eng.mac())
     );
     let job: Box<dyn FnOnce() + Send> = match eal.worker_lcores().first().copied() {

@@ -1,8 +1,9 @@
-//! The poll-mode engine: one DPDK port, one transport, one run loop.
+//! The poll-mode engine: one packet I/O (a DPDK port, with faults and capture stacked on it
+//! when asked: [`crate::io`]), one transport, one run loop.
 //!
-//! Each [`Engine::poll`]: rx burst → (pcap, rx faults) → Ethernet/ARP/IPv4/UDP →
-//! `Transport::handle_datagram` → application commands → timers → `poll_transmit` straight
-//! into mbufs → (tx faults, pcap) → tx burst → completions and events to the application.
+//! Each [`Engine::poll`]: rx burst → Ethernet/ARP/IPv4/UDP → `Transport::handle_datagram` →
+//! application commands → timers → `poll_transmit` straight into mbufs → tx burst →
+//! completions and events to the application.
 //!
 //! Copies: received payloads are handed to the transport in place (the mbuf's bytes), and the
 //! transport writes each datagram straight into the mbuf it is sent from. The one copy left on
@@ -14,12 +15,20 @@
 //! ([`EngineHandle`]), and shares registered memory with it ([`SharedMem`], locked by the
 //! engine for each access only).
 
+mod arp;
+mod handle;
+mod mem;
+
+pub use handle::{Command, EngineHandle, Output, OutputSink, TransportCall, TransportFn};
+use mem::LockedMem;
+
 use crate::counters::{self, PortCounters};
 use crate::fault::{FaultConfig, FaultCounters, FaultInjector};
+use crate::io::PacketIo;
 use crate::net::{self, Arp, Frame, UdpHeader};
 use crate::pcap::PcapWriter;
 use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError, TrySendError};
-use ferroce_dpdk_sys::{rdtsc, Mbuf, Mempool, Port, PortStats};
+use ferroce_dpdk_sys::{rdtsc, Mbuf, Mempool, Port};
 use ferroce_transport::mem::{AtomicOp, MemError, Memory, Regions};
 use ferroce_transport::{
     Completion, ConnId, ConnState, Endpoint, Event, PostError, RecvWr, SendWr, Transport,
@@ -122,221 +131,6 @@ impl Default for EngineParams {
     }
 }
 
-/// What the application asks of the engine.
-#[derive(Debug)]
-pub enum Command {
-    Connect {
-        peer: Ipv4Addr,
-        reply: Sender<ConnId>,
-    },
-    /// Streams to create on every accepted connection before any of its data is processed
-    /// (local, remote, pd): the peer may send on them at once.
-    Listen {
-        streams: Vec<(u32, u32, u32)>,
-    },
-    CreateStream {
-        conn: ConnId,
-        local: u32,
-        remote: u32,
-        pd: u32,
-    },
-    PostSend {
-        conn: ConnId,
-        stream: u32,
-        wr: SendWr,
-    },
-    PostRecv {
-        conn: ConnId,
-        stream: u32,
-        wr: RecvWr,
-    },
-    Close {
-        conn: ConnId,
-    },
-    Snapshot {
-        reply: Sender<Value>,
-    },
-    /// Send these raw frames as they are (tests, tools): they bypass the fault injector.
-    Inject {
-        frames: Vec<Vec<u8>>,
-    },
-    /// Run a closure with the transport on the engine's thread, in command order (for
-    /// embedders that need calls the commands above do not name, e.g. the verbs shim's
-    /// RoCEv2 QPs with the PSNs the application chose).
-    Exec(TransportFn),
-}
-
-/// A closure for [`Command::Exec`].
-pub struct TransportFn(pub TransportCall);
-
-/// What a [`TransportFn`] holds.
-pub type TransportCall = Box<dyn FnOnce(&mut dyn Transport) + Send>;
-
-impl std::fmt::Debug for TransportFn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TransportFn")
-    }
-}
-
-/// Receives every output on the engine's thread instead of the output queue (see
-/// [`Engine::set_output_sink`]); it may call the transport.
-pub type OutputSink = Box<dyn FnMut(Output, &mut dyn Transport) + Send>;
-
-/// What the engine tells the application.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Output {
-    Completion(Completion),
-    Event(Event),
-    /// A command the transport refused (`wr_id` of the work request, 0 for others).
-    Refused {
-        what: &'static str,
-        wr_id: u64,
-        err: PostError,
-    },
-}
-
-/// The application's side of an engine: bounded queues, shared memory, a stop flag and the
-/// latest counters.
-#[derive(Clone, Debug)]
-pub struct EngineHandle {
-    cmd: Sender<Command>,
-    out: Receiver<Output>,
-    pub mem: SharedMem,
-    stop: Arc<AtomicBool>,
-    stats: Arc<Mutex<Value>>,
-}
-
-impl EngineHandle {
-    /// Send a command; blocks while the queue is full (the engine drains it every poll).
-    pub fn command(&self, c: Command) -> bool {
-        self.cmd.send(c).is_ok()
-    }
-
-    /// Open a connection; waits for the engine to create it.
-    pub fn connect(&self, peer: Ipv4Addr) -> Option<ConnId> {
-        let (tx, rx) = bounded(1);
-        self.command(Command::Connect { peer, reply: tx });
-        rx.recv_timeout(Duration::from_secs(5)).ok()
-    }
-
-    pub fn listen(&self, streams: Vec<(u32, u32, u32)>) {
-        self.command(Command::Listen { streams });
-    }
-
-    pub fn create_stream(&self, conn: ConnId, local: u32, remote: u32, pd: u32) {
-        self.command(Command::CreateStream {
-            conn,
-            local,
-            remote,
-            pd,
-        });
-    }
-
-    pub fn post_send(&self, conn: ConnId, stream: u32, wr: SendWr) {
-        self.command(Command::PostSend { conn, stream, wr });
-    }
-
-    pub fn post_recv(&self, conn: ConnId, stream: u32, wr: RecvWr) {
-        self.command(Command::PostRecv { conn, stream, wr });
-    }
-
-    pub fn close(&self, conn: ConnId) {
-        self.command(Command::Close { conn });
-    }
-
-    /// Send raw frames out of the engine's port, as they are.
-    pub fn inject(&self, frames: Vec<Vec<u8>>) {
-        self.command(Command::Inject { frames });
-    }
-
-    /// The next completion or event, waiting up to `timeout`.
-    pub fn next(&self, timeout: Duration) -> Option<Output> {
-        match self.out.try_recv() {
-            Ok(o) => Some(o),
-            Err(TryRecvError::Empty) => self.out.recv_timeout(timeout).ok(),
-            Err(TryRecvError::Disconnected) => None,
-        }
-    }
-
-    pub fn try_next(&self) -> Option<Output> {
-        self.out.try_recv().ok()
-    }
-
-    /// Ask the engine to stop (it drains its tx queue and returns from its run loop).
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-
-    pub fn stopped(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    /// The counters as last published (every `counters_interval_ms`).
-    pub fn stats(&self) -> Value {
-        self.stats.lock().map(|v| v.clone()).unwrap_or(Value::Null)
-    }
-
-    /// Fresh counters, taken by the engine now (waits up to a second).
-    pub fn snapshot(&self) -> Option<Value> {
-        let (tx, rx) = bounded(1);
-        self.command(Command::Snapshot { reply: tx });
-        rx.recv_timeout(Duration::from_secs(1)).ok()
-    }
-}
-
-/// [`Memory`] over the shared regions, taking the lock for each access only.
-struct LockedMem<'a>(&'a Mutex<Regions>);
-
-impl LockedMem<'_> {
-    #[inline]
-    fn get(&self) -> std::sync::MutexGuard<'_, Regions> {
-        match self.0.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
-    }
-}
-
-impl Memory for LockedMem<'_> {
-    fn read_local(&mut self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        self.get().read_local(lkey, addr, buf)
-    }
-    fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        self.get().write_local(lkey, addr, data)
-    }
-    fn check_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        addr: u64,
-        len: u64,
-        access: u32,
-    ) -> Result<(), MemError> {
-        self.get().check_remote(pd, rkey, addr, len, access)
-    }
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        addr: u64,
-        buf: &mut [u8],
-    ) -> Result<(), MemError> {
-        self.get().read_remote(pd, rkey, addr, buf)
-    }
-    fn write_remote(&mut self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        self.get().write_remote(pd, rkey, addr, data)
-    }
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        addr: u64,
-        op: AtomicOp,
-    ) -> Result<u64, MemError> {
-        self.get().atomic_remote(pd, rkey, addr, op)
-    }
-}
-
 /// Frames queued for an address being resolved.
 const ARP_QUEUE_MAX: usize = 1024;
 /// ARP requests for one address at most this often.
@@ -346,7 +140,10 @@ const TX_BACKLOG_MAX: usize = 4096;
 
 /// The engine. Build it on the main lcore, move it to the lcore that runs [`Engine::run`].
 pub struct Engine {
-    port: Port,
+    io: Box<dyn PacketIo>,
+    /// Name and id of the device under the I/O stack, for the counters.
+    io_name: String,
+    io_id: u16,
     pool: Mempool,
     mac: [u8; 6],
     p: EngineParams,
@@ -355,14 +152,10 @@ pub struct Engine {
     neighbors: HashMap<Ipv4Addr, [u8; 6]>,
     arp_queue: VecDeque<(Ipv4Addr, Mbuf, u64)>,
     arp_last_req: HashMap<Ipv4Addr, u64>,
-    fault_tx: FaultInjector,
-    fault_rx: FaultInjector,
-    pcap: Option<PcapWriter>,
     pub counters: PortCounters,
     ip_id: u16,
     clock: Clock,
     rx: Vec<Mbuf>,
-    rx_pass: Vec<Mbuf>,
     txq: Vec<Mbuf>,
     tx_out: Vec<Mbuf>,
     spare: Option<Mbuf>,
@@ -389,7 +182,7 @@ pub struct Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("port", &self.port)
+            .field("io", &self.io_name)
             .field("ip", &self.p.ip)
             .finish()
     }
@@ -411,7 +204,8 @@ pub fn native_transport(
 }
 
 impl Engine {
-    /// An engine on a started port. `tsc_hz` comes from [`ferroce_dpdk_sys::Eal::tsc_hz`].
+    /// An engine on a started port, with the fault injectors and the capture `p` asks for
+    /// stacked on it. `tsc_hz` comes from [`ferroce_dpdk_sys::Eal::tsc_hz`].
     pub fn new(
         port: Port,
         transport: Box<dyn Transport + Send>,
@@ -419,27 +213,39 @@ impl Engine {
         tsc_hz: u64,
     ) -> std::io::Result<(Engine, EngineHandle)> {
         let pool = port.pool().clone();
-        let mut mac = port.mac();
+        let pcap = match &p.pcap {
+            Some(path) => Some(PcapWriter::create(path, p.snaplen)?),
+            None => None,
+        };
+        let faults = (
+            FaultInjector::new(&p.fault_tx, p.seed ^ 0x7478),
+            FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278),
+        );
+        let io = crate::io::stack(port, pcap, Some(faults));
+        Ok(Engine::with_io(io, pool, transport, p, tsc_hz))
+    }
+
+    /// An engine over any packet I/O; `pool` gives the mbufs it builds frames in. `p.pcap`
+    /// and the fault settings are not looked at: stack those layers into `io`.
+    pub fn with_io(
+        io: Box<dyn PacketIo>,
+        pool: Mempool,
+        transport: Box<dyn Transport + Send>,
+        p: EngineParams,
+        tsc_hz: u64,
+    ) -> (Engine, EngineHandle) {
+        let caps = io.caps();
+        let mut mac = caps.mac;
         if mac == [0; 6] {
             // net_ring ports have no address: a locally administered one from the port id.
-            mac = [
-                0x02,
-                0x66,
-                0x72,
-                0x63,
-                (port.id() >> 8) as u8,
-                port.id() as u8,
-            ];
+            mac = [0x02, 0x66, 0x72, 0x63, (caps.id >> 8) as u8, caps.id as u8];
         }
+        let burst = p.burst.min(caps.max_burst).max(1);
         let (cmd_tx, cmd_rx) = bounded(p.queue_depth.max(1));
         let (out_tx, out_rx) = bounded(p.queue_depth.max(1));
         let mem: SharedMem = Arc::new(Mutex::new(Regions::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(Value::Null));
-        let pcap = match &p.pcap {
-            Some(path) => Some(PcapWriter::create(path, p.snaplen)?),
-            None => None,
-        };
         // Probe how much room a fresh mbuf has for the transport's datagram.
         let payload_room = pool
             .alloc()
@@ -451,16 +257,12 @@ impl Engine {
             neighbors: p.neighbors.iter().copied().collect(),
             arp_queue: VecDeque::new(),
             arp_last_req: HashMap::new(),
-            fault_tx: FaultInjector::new(&p.fault_tx, p.seed ^ 0x7478),
-            fault_rx: FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278),
-            pcap,
             counters: PortCounters::default(),
             ip_id: (p.seed as u16).wrapping_mul(7919),
             clock: Clock::new(tsc_hz),
-            rx: Vec::with_capacity(p.burst as usize),
-            rx_pass: Vec::with_capacity(p.burst as usize * 2),
-            txq: Vec::with_capacity(p.burst as usize * 2),
-            tx_out: Vec::with_capacity(p.burst as usize * 4),
+            rx: Vec::with_capacity(burst as usize),
+            txq: Vec::with_capacity(burst as usize * 2),
+            tx_out: Vec::with_capacity(burst as usize * 4),
             spare: None,
             cmd_rx,
             out_tx,
@@ -476,11 +278,13 @@ impl Engine {
             timer_dirty: true,
             sink: None,
             ext_mem: None,
-            port,
+            io,
+            io_name: caps.name,
+            io_id: caps.id,
             pool,
             transport,
             mem: mem.clone(),
-            p,
+            p: EngineParams { burst, ..p },
         };
         let h = EngineHandle {
             cmd: cmd_tx,
@@ -489,7 +293,7 @@ impl Engine {
             stop,
             stats,
         };
-        Ok((e, h))
+        (e, h)
     }
 
     pub fn mac(&self) -> [u8; 6] {
@@ -513,16 +317,25 @@ impl Engine {
         self.p.ip
     }
 
-    pub fn port(&self) -> &Port {
-        &self.port
+    /// Name of the device under the I/O stack.
+    pub fn io_name(&self) -> &str {
+        &self.io_name
     }
 
     pub fn transport(&self) -> &dyn Transport {
         &*self.transport
     }
 
+    /// The send and receive fault injectors' counters (zero without a fault layer).
     pub fn fault_counters(&self) -> (FaultCounters, FaultCounters) {
-        (self.fault_tx.counters, self.fault_rx.counters)
+        let mut m = serde_json::Map::new();
+        self.io.stats(&mut m);
+        let get = |k: &str| {
+            m.get(k)
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default()
+        };
+        (get("fault_tx"), get("fault_rx"))
     }
 
     /// Engine time (ns since the engine was created).
@@ -582,27 +395,16 @@ impl Engine {
         };
 
         // Receive.
-        let n = self.port.rx_burst(&mut self.rx, self.p.burst);
+        let n = self.io.rx_burst(now, &mut self.rx, self.p.burst);
         if n > 0 {
             work = true;
             let mut rx = std::mem::take(&mut self.rx);
             for m in rx.drain(..) {
                 self.counters.rx_frames += 1;
                 self.counters.rx_bytes += m.len() as u64;
-                if let Some(pc) = &mut self.pcap {
-                    pc.write(now, m.data());
-                }
-                self.fault_rx.apply(m, now, &self.pool, &mut self.rx_pass);
-            }
-            self.rx = rx;
-        }
-        self.fault_rx.flush_expired(now, &mut self.rx_pass);
-        if !self.rx_pass.is_empty() {
-            let mut pass = std::mem::take(&mut self.rx_pass);
-            for m in pass.drain(..) {
                 self.handle_frame(now, &m, &mut *mem);
             }
-            self.rx_pass = pass;
+            self.rx = rx;
         }
 
         // Application commands.
@@ -651,7 +453,7 @@ impl Engine {
         }
         if self.p.stop_on_link_down && now >= self.next_link_check {
             self.next_link_check = now + 100_000_000;
-            if !self.port.link().up {
+            if !self.io.link_up() {
                 self.stop.store(true, Ordering::SeqCst);
             }
         }
@@ -818,81 +620,6 @@ impl Engine {
         }
     }
 
-    fn handle_arp(&mut self, now: u64, a: &Arp) {
-        if a.op == 2 {
-            self.counters.rx_arp_replies += 1;
-        } else {
-            self.counters.rx_arp_requests += 1;
-        }
-        if a.target_ip != self.p.ip {
-            self.counters.rx_arp_other += 1;
-            return;
-        }
-        if a.sender_ip != Ipv4Addr::UNSPECIFIED {
-            self.learn(now, a.sender_ip, a.sender_mac);
-        }
-        if a.op == 1 {
-            let reply = Arp {
-                op: 2,
-                sender_mac: self.mac,
-                sender_ip: self.p.ip,
-                target_mac: a.sender_mac,
-                target_ip: a.sender_ip,
-            };
-            if let Some(mut mb) = self.pool.alloc() {
-                let n = net::write_arp(mb.room_mut(), a.sender_mac, self.mac, &reply);
-                mb.set_len(n);
-                self.counters.tx_arp_replies += 1;
-                self.txq.push(mb);
-            } else {
-                self.counters.tx_no_mbuf += 1;
-            }
-        }
-    }
-
-    fn learn(&mut self, _now: u64, ip: Ipv4Addr, mac: [u8; 6]) {
-        let new = self.neighbors.insert(ip, mac) != Some(mac);
-        if new {
-            self.counters.arp_resolved += 1;
-        }
-        self.arp_last_req.remove(&ip);
-        // Send what waited for this address, in order.
-        let mut keep = VecDeque::with_capacity(self.arp_queue.len());
-        for (dst, mut mb, t) in self.arp_queue.drain(..) {
-            if dst == ip {
-                mb.data_mut()[0..6].copy_from_slice(&mac);
-                self.txq.push(mb);
-            } else {
-                keep.push_back((dst, mb, t));
-            }
-        }
-        self.arp_queue = keep;
-    }
-
-    fn arp_request(&mut self, now: u64, ip: Ipv4Addr) {
-        if let Some(&t) = self.arp_last_req.get(&ip) {
-            if now.saturating_sub(t) < ARP_RETRY_NS {
-                return;
-            }
-        }
-        self.arp_last_req.insert(ip, now);
-        let req = Arp {
-            op: 1,
-            sender_mac: self.mac,
-            sender_ip: self.p.ip,
-            target_mac: [0; 6],
-            target_ip: ip,
-        };
-        if let Some(mut mb) = self.pool.alloc() {
-            let n = net::write_arp(mb.room_mut(), net::BROADCAST, self.mac, &req);
-            mb.set_len(n);
-            self.counters.tx_arp_requests += 1;
-            self.txq.push(mb);
-        } else {
-            self.counters.tx_no_mbuf += 1;
-        }
-    }
-
     /// Pull datagrams out of the transport into mbufs.
     fn transmit(&mut self, now: u64, mem: &mut dyn Memory) -> bool {
         let mut any = false;
@@ -963,45 +690,26 @@ impl Engine {
         any
     }
 
-    /// Faults, capture and tx burst.
+    /// Hand the queued frames to the I/O (its fault and capture layers included).
     fn flush_tx(&mut self, now: u64) -> bool {
         let mut any = false;
-        let before = self.tx_out.len();
         if !self.txq.is_empty() {
             any = true;
-            let mut q = std::mem::take(&mut self.txq);
-            for m in q.drain(..) {
-                self.fault_tx.apply(m, now, &self.pool, &mut self.tx_out);
-            }
-            self.txq = q;
+            self.tx_out.append(&mut self.txq);
         }
-        self.fault_tx.flush_expired(now, &mut self.tx_out);
-        // Capture each frame once, when it enters the queue to the PMD (after the faults).
-        if let Some(pc) = &mut self.pcap {
-            for m in &self.tx_out[before..] {
-                pc.write(now, m.data());
-            }
-        }
-        if self.tx_out.is_empty() {
-            return any;
-        }
-        let offered = self.tx_out.len();
-        let bytes: u64 = self.tx_out.iter().map(|m| m.len() as u64).sum();
-        let sent = self.port.tx_burst(&mut self.tx_out);
-        if sent > 0 {
+        // Called with an empty queue too: a fault layer may release frames it delayed.
+        let sent = self.io.tx_burst(now, &mut self.tx_out);
+        if sent.frames > 0 {
             any = true;
         }
-        self.counters.tx_frames += sent as u64;
-        if sent < offered {
+        self.counters.tx_frames += sent.frames as u64;
+        self.counters.tx_bytes += sent.bytes;
+        if !self.tx_out.is_empty() {
             self.counters.tx_busy += 1;
-            let left: u64 = self.tx_out.iter().map(|m| m.len() as u64).sum();
-            self.counters.tx_bytes += bytes - left;
             while self.tx_out.len() > TX_BACKLOG_MAX {
                 self.tx_out.pop();
                 self.counters.tx_dropped_full += 1;
             }
-        } else {
-            self.counters.tx_bytes += bytes;
         }
         any
     }
@@ -1015,14 +723,11 @@ impl Engine {
         if let Ok(mut g) = self.stats.lock() {
             *g = v;
         }
-        if let Some(pc) = &mut self.pcap {
-            pc.flush();
-        }
+        self.io.flush();
     }
 
     /// Every counter, as JSON.
     pub fn snapshot(&self, now: u64) -> Value {
-        let d: PortStats = self.port.stats();
         let mut conns = Vec::new();
         let mut endpoint = Value::Null;
         if let Some(ep) = self.transport.as_any().downcast_ref::<Endpoint>() {
@@ -1038,37 +743,36 @@ impl Engine {
                 conns.push(counters::conn_json(c.id.0, c.peer, st, &c.counters));
             }
         }
-        json!({
+        let mut v = json!({
             "time_ns": now,
             "port": {
-                "id": self.port.id(),
-                "name": self.port.name(),
+                "id": self.io_id,
+                "name": self.io_name,
                 "mac": net::fmt_mac(self.mac),
                 "ip": self.p.ip.to_string(),
-                "link_up": self.port.link().up,
+                "link_up": self.io.link_up(),
             },
             "engine": self.counters,
-            "driver": {
-                "ipackets": d.ipackets, "opackets": d.opackets,
-                "ibytes": d.ibytes, "obytes": d.obytes,
-                "imissed": d.imissed, "ierrors": d.ierrors, "oerrors": d.oerrors,
-                "rx_nombuf": d.rx_nombuf,
-            },
-            "fault_tx": self.fault_tx.counters,
-            "fault_rx": self.fault_rx.counters,
-            "pcap_frames": self.pcap.as_ref().map(|p| p.frames).unwrap_or(0),
+            // Present whatever the I/O stack: zero without a fault or capture layer.
+            "fault_tx": FaultCounters::default(),
+            "fault_rx": FaultCounters::default(),
+            "pcap_frames": 0,
             "mbufs_free": self.pool.available(),
             "transport": counters::totals_json(&self.transport.totals()),
             "endpoint": endpoint,
             "connections": conns,
-        })
+        });
+        if let Some(m) = v.as_object_mut() {
+            self.io.stats(m);
+        }
+        v
     }
 
     /// Stop: release held frames, drain the tx queue (af_packet loses what is left in it at
     /// exit), write the last counters. Returns them.
     pub fn shutdown(mut self) -> Value {
         let now = self.clock.now();
-        self.fault_tx.flush_all(&mut self.tx_out);
+        self.io.release(&mut self.tx_out);
         let deadline = now + 200_000_000;
         while !(self.tx_out.is_empty() && self.txq.is_empty()) && self.clock.now() < deadline {
             let _ = self.flush_tx(self.clock.now());
@@ -1076,9 +780,6 @@ impl Engine {
         }
         let now = self.clock.now();
         self.publish(now);
-        if let Some(pc) = &mut self.pcap {
-            pc.flush();
-        }
         self.snapshot(now)
     }
 }
@@ -1089,28 +790,6 @@ pub fn write_json_atomic(path: &std::path::Path, v: &Value) {
     if let Ok(s) = serde_json::to_string_pretty(v) {
         if std::fs::write(&tmp, s).is_ok() {
             let _ = std::fs::rename(&tmp, path);
-        }
-    }
-}
-
-/// Poll `engines` and a [`crate::app::PairDriver`] on this one thread until the workload is
-/// done or `timeout`; true if it timed out.
-pub fn drive(engines: &mut [Engine], app: &mut crate::app::PairDriver, timeout: Duration) -> bool {
-    let t0 = std::time::Instant::now();
-    let mut n = 0u32;
-    loop {
-        for e in engines.iter_mut() {
-            e.poll();
-        }
-        app.step();
-        n = n.wrapping_add(1);
-        if n.is_multiple_of(256) {
-            if app.done() {
-                return false;
-            }
-            if t0.elapsed() > timeout {
-                return true;
-            }
         }
     }
 }
