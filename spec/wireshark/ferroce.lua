@@ -22,6 +22,11 @@ local NATIVE_PORT = 4792
 
 local p = Proto("ferroce", "ferroce native transport")
 
+-- The port is a preference (Edit > Preferences > Protocols > ferroce) for captures of a test
+-- setup on another port; "Decode As..." works as well.
+p.prefs.udp_port = Pref.uint("UDP port", NATIVE_PORT, "UDP port of native ferroce packets (wire.md §1: 4792)")
+local registered_port = NATIVE_PORT
+
 -- Bit operations: Lua 5.2 (Wireshark <= 4.2) has bit32; Lua 5.4 has native operators, which
 -- the 5.2 parser would reject, so they are compiled from a string only when needed.
 local band, bxor, rshift
@@ -262,6 +267,14 @@ local function dissect_reliable(tvb, tree, st, op, n, info)
     local len_item = msg:add(f.length, tvb(32, 4))
     local psn, stream, msn = u32(tvb, 8), u32(tvb, 20), u32(tvb, 24)
     local offset, length = u32(tvb, 28), u32(tvb, 32)
+    -- §2.4: a receiver applies the floor only if 0 <= psn - floor <= 256 (serial), and tsval 0
+    -- means "no timestamp", which senders must not send. Neither makes the packet invalid.
+    if (psn - u32(tvb, 12)) % 4294967296 > 256 then
+        st.note(seq, "floor not within 256 before psn: the receiver ignores it")
+    end
+    if u32(tvb, 16) == 0 then
+        st.note(seq, "tsval 0 (no timestamp): senders must send a non-zero value")
+    end
     info[#info + 1] = string.format("psn=%d stream=%d msn=%d off=%d len=%d", psn, stream, msn, offset, length)
 
     local name = OPS[op].name
@@ -522,6 +535,15 @@ end
 
 DissectorTable.get("udp.port"):add(NATIVE_PORT, p)
 
+function p.prefs_changed()
+    if p.prefs.udp_port ~= registered_port then
+        local t = DissectorTable.get("udp.port")
+        t:remove(registered_port, p)
+        registered_port = p.prefs.udp_port
+        t:add(registered_port, p)
+    end
+end
+
 -- Wireshark's UDP dissector hands an empty payload to no subdissector, yet an empty datagram
 -- to port 4792 is a packet a receiver drops (TRUNCATED, §3 check 1): a postdissector shows it.
 local udp_proto = Field.new("udp")
@@ -539,7 +561,7 @@ function empty.dissector(tvb, pinfo, tree)
     local u, len = last(udp_proto()), last(udp_length())
     local sport, dport = last(udp_srcport()), last(udp_dstport())
     if not (u and len and sport and dport) or len.value ~= 8 then return end
-    if sport.value ~= NATIVE_PORT and dport.value ~= NATIVE_PORT then return end
+    if sport.value ~= registered_port and dport.value ~= registered_port then return end
     local t = tree:add(p, tvb(u.offset + 8, 0))
     t:add_proto_expert_info(e.truncated, "TRUNCATED: empty UDP payload (0 bytes, less than 12)")
     t:add(f.drop, tvb(u.offset + 8, 0), "TRUNCATED"):set_generated()
