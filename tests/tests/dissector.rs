@@ -799,10 +799,12 @@ fn dissector_agrees_with_codec_on_a_dpdk_capture() {
 
     let dir = TempDir::new("dpdk");
     let pcap = dir.0.join("dpdk.pcap");
-    // The dataplane tests' EAL: no hugepages, no PCI, no shared config, this process only.
-    // Its runtime directory (/var/run/dpdk/<file prefix>) stays empty; removed at the end.
+    // The dataplane tests' EAL: no hugepages, no PCI, no shared config, this process only;
+    // without telemetry its runtime directory (/var/run/dpdk/<file prefix>) stays empty, so
+    // it can be removed at the end.
     let mut args = vec!["ferroce-dissector-test".to_string()];
     args.extend(config::default_eal_args());
+    args.push("--no-telemetry".into());
     let _runtime_dir =
         EalRuntimeDir(Path::new("/var/run/dpdk").join(format!("ferroce-{}", std::process::id())));
     let eal = Eal::init(args).expect("EAL init");
