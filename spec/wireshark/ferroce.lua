@@ -63,9 +63,10 @@ local function crc32(s)
     return bxor(c, 0xFFFFFFFF) % 4294967296
 end
 
--- Table 2.2. `h`: bytes of headers after the base header; `payload`: a payload may follow;
--- `body`: the dissector of the opcode-specific part (set below). One row per opcode, so a new
--- opcode is one row and one body function.
+-- Table 2.2. `h`: bytes of headers after the base header; `payload`: a payload may follow.
+-- The structure checks (§3 checks 3-5) read only this table; the body decoders are chosen by
+-- opcode in p.dissector. A new opcode is one row here and one branch there; a row without a
+-- branch still dissects, its body shown as undecoded bytes.
 local OPS = {
     [0x01] = { name = "SEND", h = 32, payload = true },
     [0x02] = { name = "SEND_IMM", h = 36, payload = true },
@@ -203,15 +204,15 @@ local e = {
 }
 p.experts = { e.truncated, e.bad_version, e.bad_opcode, e.malformed, e.bad_crc, e.ignored, e.snaplen }
 
--- Dissection state of one packet: the first §3 failure wins the verdict; later ones are still
--- shown as expert errors (a receiver stops at the first, a reader wants them all).
-local function verdict_keeper(tree)
-    local st = { drop = nil, why = nil }
-    function st.fail(item, kind, why)
-        local ex = e[kind:lower()]
-        item:add_proto_expert_info(ex, kind .. ": " .. why)
-        if not st.drop then
-            st.drop, st.why = kind, why
+-- Dissection state of one packet. `check` is the number of the §3 check that failed: the
+-- lowest wins the verdict (a receiver stops at the first), whatever order the tree is built in;
+-- every failure is still shown as an expert error (a reader wants them all).
+local function verdict_keeper()
+    local st = { drop = nil, check = nil }
+    function st.fail(item, check, kind, why)
+        item:add_proto_expert_info(e[kind:lower()], kind .. ": " .. why)
+        if not st.check or check < st.check then
+            st.drop, st.check = kind, check
         end
     end
     function st.note(item, why)
@@ -278,7 +279,8 @@ local function dissect_reliable(tvb, tree, st, op, n, info)
     info[#info + 1] = string.format("psn=%d stream=%d msn=%d off=%d len=%d", psn, stream, msn, offset, length)
 
     local name = OPS[op].name
-    local body = tree:add(tvb(36, OPS[op].h - 28), name .. " fields")
+    -- READ_RESP has no fields after the message header: no empty subtree for it.
+    local body = OPS[op].h > 28 and tree:add(tvb(36, OPS[op].h - 28), name .. " fields") or tree
     local o = 36
     local function put(field, size)
         local it = body:add(field, tvb(o, size))
@@ -303,15 +305,14 @@ local function dissect_reliable(tvb, tree, st, op, n, info)
     elseif op == 0x09 then
         put(f.orig, 8)
     end
-    -- READ_RESP (0x06) has no fields after the message header.
 
     -- §3 checks 7-10, in order.
     if op == 0x05 and offset ~= 0 then
-        st.fail(off_item, "MALFORMED", "READ_REQ offset must be 0")
+        st.fail(off_item, 7, "MALFORMED", "READ_REQ offset must be 0")
     end
     if op == 0x07 or op == 0x08 or op == 0x09 then
-        if offset ~= 0 then st.fail(off_item, "MALFORMED", "atomic offset must be 0") end
-        if length ~= 8 then st.fail(len_item, "MALFORMED", "atomic length must be 8") end
+        if offset ~= 0 then st.fail(off_item, 8, "MALFORMED", "atomic offset must be 0") end
+        if length ~= 8 then st.fail(len_item, 8, "MALFORMED", "atomic length must be 8") end
     end
     if OPS[op].payload then
         local hdr = 8 + OPS[op].h
@@ -330,10 +331,10 @@ local function dissect_reliable(tvb, tree, st, op, n, info)
         local e_item = tree:add(f.payload_end, tvb(28, 4), UInt64(offset + plen))
         e_item:set_generated()
         if offset + plen > length then
-            st.fail(e_item, "MALFORMED", "payload beyond message length (offset + payload > length)")
+            st.fail(e_item, 9, "MALFORMED", "payload beyond message length (offset + payload > length)")
         end
         if plen == 0 and length ~= 0 then
-            st.fail(pl_item, "MALFORMED", "empty packet of a non-empty message")
+            st.fail(pl_item, 10, "MALFORMED", "empty packet of a non-empty message")
         end
         info[#info + 1] = string.format("payload=%d", plen)
     end
@@ -382,7 +383,7 @@ local function dissect_nack(tvb, tree, st, path, info)
         if u32(tvb, 8) ~= 0 then st.note(tree, "late NACK with psn != 0") end
     end
     if not NACK_REASONS[reason] then
-        st.fail(r_item, "MALFORMED", string.format("NACK reason %d is not 1..4", reason))
+        st.fail(r_item, 11, "MALFORMED", string.format("NACK reason %d is not 1..4", reason))
     elseif reason ~= 3 and tvb(21, 1):uint() ~= 0 then
         st.note(d_item, "rnr_delay must be 0 for reasons other than ReceiverNotReady")
     end
@@ -398,9 +399,9 @@ local function dissect_open(tvb, tree, st, op, info)
     local m_item = tree:add(f.open_mtu, tvb(14, 2))
     tree:add(f.open_line_rate, tvb(16, 4))
     -- §3 check 12, in its order: paths, then src_conn, then mtu.
-    if tvb(12, 1):uint() == 0 then st.fail(p_item, "MALFORMED", "paths must not be 0") end
-    if u32(tvb, 8) == 0 then st.fail(c_item, "MALFORMED", "src_conn must not be 0") end
-    if tvb(14, 2):uint() < 64 then st.fail(m_item, "MALFORMED", "mtu below 64 (MIN_MTU)") end
+    if tvb(12, 1):uint() == 0 then st.fail(p_item, 12, "MALFORMED", "paths must not be 0") end
+    if u32(tvb, 8) == 0 then st.fail(c_item, 12, "MALFORMED", "src_conn must not be 0") end
+    if tvb(14, 2):uint() < 64 then st.fail(m_item, 12, "MALFORMED", "mtu below 64 (MIN_MTU)") end
     if tvb(13, 1):uint() ~= 0 then st.note(r_item, "reserved byte must be sent as 0") end
     if op == 0x20 and u32(tvb, 4) ~= 0 then st.note(tree, "OPEN carries dst_conn != 0") end
     info[#info + 1] = string.format("src_conn=0x%08x paths=%d mtu=%d", u32(tvb, 8), tvb(12, 1):uint(),
@@ -423,7 +424,8 @@ local function dissect_probe(tvb, tree, op, flags, info)
     info[#info + 1] = string.format("probe_seq=%d ts=%d", u32(tvb, 8), u32(tvb, 12))
 end
 
--- Trailer: shown and verified whenever the layout is known; check 6 only counts if 1-5 passed.
+-- Trailer: shown and verified whenever the layout is known; `counts`: check 6 applies (checks
+-- 1-5 passed), else the status is only informative.
 local function dissect_crc(tvb, tree, st, n, counts)
     local stored = u32(tvb, n - 4)
     local computed = crc32(tvb:raw(0, n - 4))
@@ -433,7 +435,7 @@ local function dissect_crc(tvb, tree, st, n, counts)
     ti:add(f.crc_status, tvb(n - 4, 4), good and 1 or 0):set_generated()
     ti:append_text(good and " [good]" or string.format(" [BAD, computed 0x%08x]", computed))
     if not good and counts then
-        st.fail(ti, "BAD_CRC", string.format("trailer 0x%08x, computed 0x%08x", stored, computed))
+        st.fail(ti, 6, "BAD_CRC", string.format("trailer 0x%08x, computed 0x%08x", stored, computed))
     end
     return good
 end
@@ -442,7 +444,7 @@ function p.dissector(tvb, pinfo, tree)
     local n = tvb:reported_len()
     pinfo.cols.protocol = "ferroce"
     local t = tree:add(p, tvb())
-    local st = verdict_keeper(t)
+    local st = verdict_keeper()
     local info = {}
 
     if tvb:len() < n then
@@ -455,7 +457,7 @@ function p.dissector(tvb, pinfo, tree)
 
     -- §3 check 1.
     if n < 12 then
-        st.fail(t, "TRUNCATED", string.format("%d bytes, less than base header + trailer (12)", n))
+        st.fail(t, 1, "TRUNCATED", string.format("%d bytes, less than base header + trailer (12)", n))
         if n > 0 then t:add(f.undecoded, tvb(0, n)) end
         t:add(f.drop, tvb(0, n), st.drop):set_generated()
         pinfo.cols.info = string.format("[TRUNCATED] %d bytes", n)
@@ -480,13 +482,13 @@ function p.dissector(tvb, pinfo, tree)
     -- §3 checks 2-5: structure before the CRC.
     local layout_ok = false
     if version ~= 1 then
-        st.fail(v_item, "BAD_VERSION", string.format("version %d (this dissector speaks 1)", version))
+        st.fail(v_item, 2, "BAD_VERSION", string.format("version %d (this dissector speaks 1)", version))
     elseif not o then
-        st.fail(op_item, "BAD_OPCODE", string.format("opcode 0x%02x is not assigned in wire.md Table 2.2", op))
+        st.fail(op_item, 3, "BAD_OPCODE", string.format("opcode 0x%02x is not assigned in wire.md Table 2.2", op))
     elseif n < 8 + o.h + 4 then
-        st.fail(t, "TRUNCATED", string.format("%d bytes, %s needs at least %d", n, o.name, 8 + o.h + 4))
+        st.fail(t, 4, "TRUNCATED", string.format("%d bytes, %s needs at least %d", n, o.name, 8 + o.h + 4))
     elseif not o.payload and n ~= 8 + o.h + 4 then
-        st.fail(t, "MALFORMED", string.format("%d bytes, %s is exactly %d", n, o.name, 8 + o.h + 4))
+        st.fail(t, 5, "MALFORMED", string.format("%d bytes, %s is exactly %d", n, o.name, 8 + o.h + 4))
         t:add(f.extra, tvb(8 + o.h, n - 8 - o.h - 4))
         layout_ok = true
     else
@@ -498,7 +500,6 @@ function p.dissector(tvb, pinfo, tree)
         if fl ~= 0 then
             st.note(base, string.format("flags 0x%02x are not defined for %s and must be sent as 0", fl, o.name))
         end
-        dissect_crc(tvb, t, st, n, true)
         local body_end = 8 + o.h
         if op < 0x10 then
             dissect_reliable(tvb, t, st, op, n, info)
@@ -515,6 +516,7 @@ function p.dissector(tvb, pinfo, tree)
         else
             t:add(f.undecoded, tvb(8, body_end - 8))
         end
+        dissect_crc(tvb, t, st, n, true)
     elseif version == 1 and not o and n >= 12 then
         -- An opcode from a newer revision: the trailer rule (§2.15) still holds, so its CRC
         -- is shown, and the body stays raw bytes.
