@@ -621,6 +621,35 @@ impl Host for Replayer {
     fn handle_timeout(&mut self, _now: Nanos) {}
 }
 
+/// A pcap of `payloads` as UDP datagrams to port 4792, one frame each, in order, written by
+/// the simulator's capture of a host that sends them.
+fn replay_pcap(dir: &TempDir, name: &str, payloads: &[Vec<u8>]) -> PathBuf {
+    let pcap = dir.0.join(format!("{name}.pcap"));
+    let mut sim =
+        topology::back_to_back(&TopologyConfig::default()).build_with(|id, ip| Replayer {
+            ip,
+            out: if id.0 == 0 {
+                payloads.to_vec()
+            } else {
+                Vec::new()
+            }
+            .into_iter(),
+        });
+    sim.enable_pcap(HostId(0), &pcap).expect("pcap");
+    sim.run_until(1_000_000_000);
+    sim.flush_pcaps().expect("flush pcap");
+    // The frames are the payloads, in order (the replaying host sends, nothing else does).
+    let frames = ferroce_dataplane::pcap::read(&pcap).expect("read pcap");
+    assert_eq!(frames.len(), payloads.len(), "{name}: frames");
+    for (i, (p, (_, f))) in payloads.iter().zip(&frames).enumerate() {
+        match native_payload(f) {
+            Native::Payload(sent) => assert_eq!(sent, &p[..], "{name}: frame {}", i + 1),
+            _ => panic!("{name}: frame {} is not the datagram sent", i + 1),
+        }
+    }
+    pcap
+}
+
 #[test]
 fn dissector_agrees_with_codec_on_every_vector() {
     if !have_tshark() {
@@ -629,32 +658,8 @@ fn dissector_agrees_with_codec_on_every_vector() {
     let dir = TempDir::new("vectors");
     let vectors = load_vectors();
     assert!(vectors.len() >= 54, "only {} vectors", vectors.len());
-    let pcap = dir.0.join("vectors.pcap");
     let payloads: Vec<Vec<u8>> = vectors.iter().map(|v| v.bytes.clone()).collect();
-    let mut sim =
-        topology::back_to_back(&TopologyConfig::default()).build_with(|id, ip| Replayer {
-            ip,
-            out: if id.0 == 0 {
-                payloads.clone()
-            } else {
-                Vec::new()
-            }
-            .into_iter(),
-        });
-    sim.enable_pcap(HostId(0), &pcap).expect("pcap");
-    sim.run_until(10_000_000);
-    sim.flush_pcaps().expect("flush pcap");
-
-    // The frames are the vectors, in order (the replaying host sends, nothing else does).
-    let frames = ferroce_dataplane::pcap::read(&pcap).expect("read pcap");
-    assert_eq!(frames.len(), vectors.len());
-    for (v, (_, f)) in vectors.iter().zip(&frames) {
-        let sent = match native_payload(f) {
-            Native::Payload(p) => p,
-            _ => panic!("{}: frame is not the vector's datagram", v.name),
-        };
-        assert_eq!(sent, &v.bytes[..], "{}", v.name);
-    }
+    let pcap = replay_pcap(&dir, "vectors", &payloads);
     let (opcodes, verdicts) = check_capture("vectors", &pcap, &|i| vectors[i].name.clone());
 
     // The vectors' own verdicts: the codec agrees with them (transport/tests/wire_vectors.rs
@@ -691,6 +696,55 @@ fn dissector_agrees_with_codec_on_every_vector() {
 
     // Every opcode decoded from a valid packet and every error kind flagged.
     assert_eq!(opcodes.len(), 17, "opcodes covered: {opcodes:?}");
+    for k in [
+        "OK",
+        "TRUNCATED",
+        "BAD_VERSION",
+        "BAD_OPCODE",
+        "BAD_CRC",
+        "MALFORMED",
+    ] {
+        assert!(verdicts.contains_key(k), "no {k} among {verdicts:?}");
+    }
+}
+
+/// Variants of every valid vector, to reach the §3 checks in every combination: each byte
+/// with one bit flipped (all 8 bits in the base header, bit `offset % 8` elsewhere), once as
+/// is (a bad CRC, or an earlier check when the header breaks) and once with the trailer
+/// recomputed (so the flipped field meets checks 7-12), and every shorter length.
+#[test]
+fn dissector_agrees_with_codec_on_mutated_vectors() {
+    if !have_tshark() {
+        return;
+    }
+    let dir = TempDir::new("mutated");
+    let mut cases: Vec<(String, Vec<u8>)> = Vec::new();
+    for v in load_vectors().iter().filter(|v| v.error.is_none()) {
+        let n = v.bytes.len();
+        for at in 0..n {
+            let bits: Vec<u8> = if at < wire::BASE_LEN {
+                (0..8).collect()
+            } else {
+                vec![(at % 8) as u8]
+            };
+            for bit in bits {
+                let mut b = v.bytes.clone();
+                b[at] ^= 1 << bit;
+                cases.push((format!("{} byte {at} bit {bit}", v.name), b.clone()));
+                if at < n - wire::TRAILER_LEN {
+                    let c = wire::crc32(&b[..n - wire::TRAILER_LEN]);
+                    b[n - wire::TRAILER_LEN..].copy_from_slice(&c.to_be_bytes());
+                    cases.push((format!("{} byte {at} bit {bit} resealed", v.name), b));
+                }
+            }
+        }
+        for len in 0..n {
+            cases.push((format!("{} cut to {len}", v.name), v.bytes[..len].to_vec()));
+        }
+    }
+    let payloads: Vec<Vec<u8>> = cases.iter().map(|(_, b)| b.clone()).collect();
+    let pcap = replay_pcap(&dir, "mutated", &payloads);
+    let (_, verdicts) = check_capture("mutated vectors", &pcap, &|i| cases[i].0.clone());
     for k in [
         "OK",
         "TRUNCATED",
