@@ -711,7 +711,9 @@ fn dissector_agrees_with_codec_on_every_vector() {
 /// Variants of every valid vector, to reach the §3 checks in every combination: each byte
 /// with one bit flipped (all 8 bits in the base header, bit `offset % 8` elsewhere), once as
 /// is (a bad CRC, or an earlier check when the header breaks) and once with the trailer
-/// recomputed (so the flipped field meets checks 7-12), and every shorter length.
+/// recomputed (so the flipped field meets checks 7-12); each byte plus and minus one, resealed
+/// (the boundaries: a length one short of offset + payload, mtu 63, paths 0, reason 0 and 5);
+/// and every shorter length.
 #[test]
 fn dissector_agrees_with_codec_on_mutated_vectors() {
     if !have_tshark() {
@@ -721,6 +723,10 @@ fn dissector_agrees_with_codec_on_mutated_vectors() {
     let mut cases: Vec<(String, Vec<u8>)> = Vec::new();
     for v in load_vectors().iter().filter(|v| v.error.is_none()) {
         let n = v.bytes.len();
+        let reseal = |b: &mut Vec<u8>| {
+            let c = wire::crc32(&b[..n - wire::TRAILER_LEN]);
+            b[n - wire::TRAILER_LEN..].copy_from_slice(&c.to_be_bytes());
+        };
         for at in 0..n {
             let bits: Vec<u8> = if at < wire::BASE_LEN {
                 (0..8).collect()
@@ -732,10 +738,17 @@ fn dissector_agrees_with_codec_on_mutated_vectors() {
                 b[at] ^= 1 << bit;
                 cases.push((format!("{} byte {at} bit {bit}", v.name), b.clone()));
                 if at < n - wire::TRAILER_LEN {
-                    let c = wire::crc32(&b[..n - wire::TRAILER_LEN]);
-                    b[n - wire::TRAILER_LEN..].copy_from_slice(&c.to_be_bytes());
+                    reseal(&mut b);
                     cases.push((format!("{} byte {at} bit {bit} resealed", v.name), b));
                 }
+            }
+        }
+        for at in 0..n - wire::TRAILER_LEN {
+            for (d, what) in [(1u8, "+1"), (255, "-1")] {
+                let mut b = v.bytes.clone();
+                b[at] = b[at].wrapping_add(d);
+                reseal(&mut b);
+                cases.push((format!("{} byte {at} {what} resealed", v.name), b));
             }
         }
         for len in 0..n {
