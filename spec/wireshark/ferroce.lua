@@ -3,8 +3,10 @@
 --   tshark -X lua_script:spec/wireshark/ferroce.lua -r capture.pcap
 --   wireshark -X lua_script:spec/wireshark/ferroce.lua capture.pcap
 --
--- or copy this file into the personal Lua plugins folder (Help > About > Folders). RoCEv2 on
--- UDP 4791 is left to Wireshark's own InfiniBand dissector.
+-- or copy this file into the personal Lua plugins folder (~/.local/lib/wireshark/plugins/,
+-- Help > About > Folders). RoCEv2 on UDP 4791 is left to Wireshark's own InfiniBand dissector.
+-- Tested with Wireshark 4.0 (Lua 5.2, Debian 12). For Lua 5.4 builds (Wireshark >= 4.4) the
+-- bit operations fall back to the native operators; that path is untested here.
 --
 -- Every header and field of wire.md is shown under its spec name; the CRC-32 trailer (§2.15)
 -- is verified; and every check of §3 a receiver must drop on is applied in the spec's order:
@@ -14,9 +16,10 @@
 -- expert notes. Unknown opcodes are flagged, never a Lua error, so a capture from a newer
 -- version still dissects.
 --
--- spec/vectors and transport/tests are the reference; tests/tests/dissector.rs runs every
--- vector and live captures through this file and through the Rust codec and requires the two
--- to agree field by field.
+-- tests/tests/dissector.rs runs the test vectors, mutations of them and live captures through
+-- this file and through the Rust codec (transport/src/wire) and requires the two to agree on
+-- every field the codec exposes and on every verdict. A change to wire.md (a new opcode, say)
+-- changes this file too: until then such packets are flagged BAD_OPCODE and that test fails.
 
 local NATIVE_PORT = 4792
 
