@@ -1,7 +1,9 @@
 //! The Wireshark dissector (spec/wireshark/ferroce.lua) against ferroce's own codec
-//! (`ferroce_transport::wire`), field by field, on three captures:
+//! (`ferroce_transport::wire`), field by field, on four captures:
 //! - every test vector of spec/vectors, each wrapped into an Ethernet/IPv4/UDP-4792 frame by the
 //!   simulator's pcap writer (a host that sends the vectors' bytes as datagrams);
+//! - ~9,000 mutations of the valid vectors (bit flips, bytes off by one, truncations), the same
+//!   way, so that every check of wire.md §3 fails alone and in combination;
 //! - a simulator run: a mixed verified workload over 4 paths with loss, corruption, ECN marks
 //!   and RNR, as the client host sent and received it;
 //! - a DPDK run (two engines over net_ring in this process, needs root), as engine A's own
@@ -74,7 +76,8 @@ fn have_tshark() -> bool {
 // ---------------------------------------------------------------------------------------------
 // tshark side
 
-/// Collect every `ferroce.*` and expert key under `v`, wherever the tree nests it.
+/// Collect every key with a string value under `v` (`ferroce.*`, expert info), wherever the
+/// tree nests it; the comparison picks the keys it knows.
 fn flatten(v: &Value, out: &mut Fields) {
     match v {
         Value::Object(m) => {
