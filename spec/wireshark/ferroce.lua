@@ -82,6 +82,8 @@ local OPS = {
     [0x09] = { name = "ATOMIC_RESP", h = 36, payload = false },
     [0x10] = { name = "ACK", h = 52, payload = false },
     [0x11] = { name = "NACK", h = 16, payload = false },
+    -- ACK_MULTI: `h` is its fixed part; its blocks fill the rest (`blocks`: exempt from check 5).
+    [0x12] = { name = "ACK_MULTI", h = 8, payload = false, blocks = true },
     [0x20] = { name = "OPEN", h = 12, payload = false },
     [0x21] = { name = "OPEN_ACK", h = 12, payload = false },
     [0x22] = { name = "CLOSE", h = 8, payload = false },
@@ -155,6 +157,22 @@ local f = {
     ack_rate_hint = ProtoField.uint32("ferroce.ack.rate_hint_mbps", "Rate hint (Mbit/s)", base.DEC),
     ack_ts_echo = ProtoField.uint32("ferroce.ack.ts_echo", "TS echo", base.DEC),
     ack_delay = ProtoField.uint32("ferroce.ack.ack_delay_ns", "ACK delay (ns)", base.DEC),
+
+    -- ACK_MULTI (§2.10.1): the fixed part, then one block per path.
+    am_rate_hint = ProtoField.uint32("ferroce.ack_multi.rate_hint_mbps", "Rate hint (Mbit/s)", base.DEC),
+    am_count = ProtoField.uint8("ferroce.ack_multi.count", "Blocks", base.DEC),
+    am_reserved = ProtoField.uint24("ferroce.ack_multi.reserved", "reserved", base.HEX),
+    am_block = ProtoField.none("ferroce.ack_multi.block", "Block"),
+    am_path = ProtoField.uint8("ferroce.ack_multi.path", "Path", base.DEC),
+    am_words = ProtoField.uint8("ferroce.ack_multi.words", "SACK words", base.DEC),
+    am_block_reserved = ProtoField.uint16("ferroce.ack_multi.block_reserved", "reserved", base.HEX),
+    am_cum_psn = ProtoField.uint32("ferroce.ack_multi.cum_psn", "Cumulative PSN", base.DEC),
+    am_ecn_ce = ProtoField.uint32("ferroce.ack_multi.ecn_ce", "ECN-CE count", base.DEC),
+    am_ts_echo = ProtoField.uint32("ferroce.ack_multi.ts_echo", "TS echo", base.DEC),
+    am_ack_delay = ProtoField.uint32("ferroce.ack_multi.ack_delay_ns", "ACK delay (ns)", base.DEC),
+    am_sack = ProtoField.bytes("ferroce.ack_multi.sack", "SACK bitmap words"),
+    am_sacked_psn = ProtoField.uint32("ferroce.ack_multi.sacked_psn", "SACKed PSN", base.DEC),
+    am_sack_count = ProtoField.uint32("ferroce.ack_multi.sack_count", "SACKed PSNs", base.DEC),
 
     -- NACK (§2.11).
     nack_psn = ProtoField.uint32("ferroce.nack.psn", "PSN", base.DEC),
@@ -343,34 +361,107 @@ local function dissect_reliable(tvb, tree, st, op, n, info)
     end
 end
 
-local function dissect_ack(tvb, tree, st, info)
-    local cum = u32(tvb, 8)
-    tree:add(f.ack_cum_psn, tvb(8, 4))
-    local sack = tree:add(f.ack_sack, tvb(12, 32))
-    -- Bit i of byte 12 + i/8 at mask 1 << (i % 8): PSN cum_psn + 1 + i (mod 2^32) received.
+-- A SACK bitmap of `len` bytes at `off` (an ACK's 32, or an ACK_MULTI block's first words): bit
+-- i of byte off + i/8 at mask 1 << (i % 8) says PSN cum_psn + 1 + i (mod 2^32) was received.
+-- Shown as those PSNs; returns them.
+local function add_sack(tree, tvb, off, len, cum, f_sack, f_psn, f_count)
     local psns = {}
-    for j = 0, 31 do
-        local b = tvb(12 + j, 1):uint()
+    if len == 0 then
+        -- An in-order path of an ACK_MULTI: no words, nothing SACKed.
+        tree:add(f_count, tvb(off, 0), 0):set_generated()
+        return psns
+    end
+    local sack = tree:add(f_sack, tvb(off, len))
+    for j = 0, len - 1 do
+        local b = tvb(off + j, 1):uint()
         for k = 0, 7 do
             if band(b, 2 ^ k) ~= 0 then
                 local i = 8 * j + k
                 local psn = (cum + 1 + i) % 4294967296
-                local it = sack:add(f.ack_sacked_psn, tvb(12 + j, 1), psn)
+                local it = sack:add(f_psn, tvb(off + j, 1), psn)
                 it:append_text(string.format(" (bit %d)", i))
                 psns[#psns + 1] = psn
             end
         end
     end
     sack:append_text(string.format(" (%d PSNs)", #psns))
-    sack:add(f.ack_sack_count, tvb(12, 32), #psns):set_generated()
+    sack:add(f_count, tvb(off, len), #psns):set_generated()
+    return psns
+end
+
+local function psn_list(psns)
+    local shown = {}
+    for x = 1, math.min(#psns, 8) do shown[x] = tostring(psns[x]) end
+    return table.concat(shown, ",") .. (#psns > 8 and ",..." or "")
+end
+
+local function dissect_ack(tvb, tree, st, info)
+    local cum = u32(tvb, 8)
+    tree:add(f.ack_cum_psn, tvb(8, 4))
+    local psns = add_sack(tree, tvb, 12, 32, cum, f.ack_sack, f.ack_sacked_psn, f.ack_sack_count)
     tree:add(f.ack_ecn_ce, tvb(44, 4))
     tree:add(f.ack_rate_hint, tvb(48, 4))
     tree:add(f.ack_ts_echo, tvb(52, 4))
     tree:add(f.ack_delay, tvb(56, 4))
-    local shown = {}
-    for x = 1, math.min(#psns, 8) do shown[x] = tostring(psns[x]) end
-    info[#info + 1] = string.format("cum_psn=%d sack=[%s%s] hint=%d", cum, table.concat(shown, ","),
-        #psns > 8 and ",..." or "", u32(tvb, 48))
+    info[#info + 1] = string.format("cum_psn=%d sack=[%s] hint=%d", cum, psn_list(psns), u32(tvb, 48))
+end
+
+-- ACK_MULTI: the fixed part at 8, then `count` blocks of 20 + 8 * words bytes up to the trailer
+-- at n - 4. Check 13 of §3, in its order: count != 0; for each block its 20 fixed bytes, words
+-- <= 4, a path no earlier block named, its SACK bytes; then no byte left. A block that cannot be
+-- delimited ends the decoding; the rest is shown as undecoded bytes.
+local function dissect_ack_multi(tvb, tree, st, n, path, info)
+    tree:add(f.am_rate_hint, tvb(8, 4))
+    local count = tvb(12, 1):uint()
+    local c_item = tree:add(f.am_count, tvb(12, 1))
+    local r_item = tree:add(f.am_reserved, tvb(13, 3))
+    if tvb(13, 3):uint() ~= 0 then st.note(r_item, "reserved bytes must be sent as 0") end
+    if path ~= 255 then st.note(tree, "ACK_MULTI's base path must be sent as 255 (ignored)") end
+    if count == 0 then st.fail(c_item, 13, "MALFORMED", "ACK_MULTI without blocks") end
+    local stop, pos, seen, shown, ok = n - 4, 16, {}, {}, true
+    for b = 0, count - 1 do
+        if pos + 20 > stop then
+            st.fail(c_item, 13, "MALFORMED", string.format("block %d: its 20 fixed bytes are beyond the packet", b))
+            ok = false
+            break
+        end
+        local bp, words, cum = tvb(pos, 1):uint(), tvb(pos + 1, 1):uint(), u32(tvb, pos + 4)
+        local bt = tree:add(f.am_block, tvb(pos, math.min(20 + 8 * words, stop - pos)))
+        bt:append_text(string.format(" %d: path %d, cum_psn %d", b, bp, cum))
+        local p_item = bt:add(f.am_path, tvb(pos, 1))
+        local w_item = bt:add(f.am_words, tvb(pos + 1, 1))
+        local br_item = bt:add(f.am_block_reserved, tvb(pos + 2, 2))
+        if tvb(pos + 2, 2):uint() ~= 0 then st.note(br_item, "reserved bytes must be sent as 0") end
+        bt:add(f.am_cum_psn, tvb(pos + 4, 4))
+        bt:add(f.am_ecn_ce, tvb(pos + 8, 4))
+        bt:add(f.am_ts_echo, tvb(pos + 12, 4))
+        bt:add(f.am_ack_delay, tvb(pos + 16, 4))
+        if words > 4 then
+            st.fail(w_item, 13, "MALFORMED", string.format("block %d: %d SACK words (at most 4)", b, words))
+            pos, ok = pos + 20, false
+            break
+        end
+        if seen[bp] then
+            st.fail(p_item, 13, "MALFORMED", string.format("block %d: path %d already named by block %d", b, bp, seen[bp]))
+        else
+            seen[bp] = b
+        end
+        if pos + 20 + 8 * words > stop then
+            st.fail(w_item, 13, "MALFORMED", string.format("block %d: its %d SACK words are beyond the packet", b, words))
+            pos, ok = pos + 20, false
+            break
+        end
+        local psns = add_sack(bt, tvb, pos + 20, 8 * words, cum, f.am_sack, f.am_sacked_psn, f.am_sack_count)
+        shown[#shown + 1] = string.format("%d:%d%s", bp, cum, #psns > 0 and ("+[" .. psn_list(psns) .. "]") or "")
+        pos = pos + 20 + 8 * words
+    end
+    if pos < stop then
+        if ok then
+            st.fail(tree, 13, "MALFORMED", string.format("%d bytes after the last block", stop - pos))
+        end
+        tree:add(f.undecoded, tvb(pos, stop - pos))
+    end
+    info[#info + 1] = string.format("hint=%d blocks=%d {%s}", u32(tvb, 8), count, table.concat(shown, " "))
 end
 
 local function dissect_nack(tvb, tree, st, path, info)
@@ -490,7 +581,7 @@ function p.dissector(tvb, pinfo, tree)
         st.fail(op_item, 3, "BAD_OPCODE", string.format("opcode 0x%02x is not assigned in wire.md Table 2.2", op))
     elseif n < 8 + o.h + 4 then
         st.fail(t, 4, "TRUNCATED", string.format("%d bytes, %s needs at least %d", n, o.name, 8 + o.h + 4))
-    elseif not o.payload and n ~= 8 + o.h + 4 then
+    elseif not o.payload and not o.blocks and n ~= 8 + o.h + 4 then
         st.fail(t, 5, "MALFORMED", string.format("%d bytes, %s is exactly %d", n, o.name, 8 + o.h + 4))
         t:add(f.extra, tvb(8 + o.h, n - 8 - o.h - 4))
         layout_ok = true
@@ -510,6 +601,8 @@ function p.dissector(tvb, pinfo, tree)
             dissect_ack(tvb, t:add(tvb(8, o.h), "ACK fields"), st, info)
         elseif op == 0x11 then
             dissect_nack(tvb, t:add(tvb(8, o.h), "NACK fields"), st, path, info)
+        elseif op == 0x12 then
+            dissect_ack_multi(tvb, t:add(tvb(8, n - 12), "ACK_MULTI fields"), st, n, path, info)
         elseif op == 0x20 or op == 0x21 then
             dissect_open(tvb, t:add(tvb(8, o.h), o.name .. " fields"), st, op, info)
         elseif op == 0x22 or op == 0x23 then
