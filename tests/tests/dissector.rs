@@ -746,7 +746,7 @@ fn dissector_agrees_with_codec_on_every_vector() {
 /// is (a bad CRC, or an earlier check when the header breaks) and once with the trailer
 /// recomputed (so the flipped field meets checks 7-12); each byte plus and minus one, resealed
 /// (the boundaries: a length one short of offset + payload, mtu 63, paths 0, reason 0 and 5);
-/// and every shorter length.
+/// every shorter length; and ACK_MULTI blocks with more than 4 SACK words.
 #[test]
 fn dissector_agrees_with_codec_on_mutated_vectors() {
     if !have_tshark() {
@@ -786,6 +786,26 @@ fn dissector_agrees_with_codec_on_mutated_vectors() {
         }
         for len in 0..n {
             cases.push((format!("{} cut to {len}", v.name), v.bytes[..len].to_vec()));
+        }
+        // ACK_MULTI: each block claiming 5..=8 SACK words with that many present, so only the
+        // `words <= 4` rule of check 13 refuses it (the other mutations also break a length).
+        if v.bytes.get(1) == Some(&(Opcode::AckMulti as u8)) {
+            let mut at = wire::BASE_LEN + wire::ACK_MULTI_HEADER_LEN;
+            while at + wire::ACK_BLOCK_LEN <= n - wire::TRAILER_LEN {
+                let words = usize::from(v.bytes[at + 1]);
+                let sack_end = at + wire::ACK_BLOCK_LEN + 8 * words;
+                for w in 5..=8u8 {
+                    let mut b = v.bytes[..sack_end].to_vec();
+                    b[at + 1] = w;
+                    b.resize(at + wire::ACK_BLOCK_LEN + 8 * usize::from(w), 0);
+                    b.extend_from_slice(&v.bytes[sack_end..]);
+                    let c = wire::crc32(&b[..b.len() - wire::TRAILER_LEN]);
+                    let t = b.len() - wire::TRAILER_LEN;
+                    b[t..].copy_from_slice(&c.to_be_bytes());
+                    cases.push((format!("{} block at {at} with {w} words", v.name), b));
+                }
+                at = sack_end;
+            }
         }
     }
     let payloads: Vec<Vec<u8>> = cases.iter().map(|(_, b)| b.clone()).collect();
