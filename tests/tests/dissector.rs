@@ -2,7 +2,7 @@
 //! (`ferroce_transport::wire`), field by field, on four captures:
 //! - every test vector of spec/vectors, each wrapped into an Ethernet/IPv4/UDP-4792 frame by the
 //!   simulator's pcap writer (a host that sends the vectors' bytes as datagrams);
-//! - ~9,000 mutations of the valid vectors (bit flips, bytes off by one, truncations), the same
+//! - ~10,000 mutations of the valid vectors (bit flips, bytes off by one, truncations), the same
 //!   way, so that every check of wire.md §3 fails alone and in combination;
 //! - a simulator run: a mixed verified workload over 4 paths with loss, corruption, ECN marks
 //!   and RNR, as the client host sent and received it;
