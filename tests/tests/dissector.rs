@@ -103,12 +103,24 @@ fn flatten(v: &Value, out: &mut Fields) {
     }
 }
 
+/// tshark with the dissector loaded and `home` (one of the test's directories) as its home, so
+/// the user's Wireshark preferences and personal plugins (an older copy of the script, another
+/// `udp_port`) cannot change what it shows.
+fn tshark_with_script(home: &Path) -> Command {
+    let mut c = Command::new("tshark");
+    c.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .env_remove("WIRESHARK_CONFIG_DIR")
+        .env_remove("WIRESHARK_PLUGIN_DIR")
+        .arg("-X")
+        .arg(format!("lua_script:{}", lua_script().display()));
+    c
+}
+
 /// The dissector's fields of every frame (index = frame number - 1); `None` where tshark shows
 /// no ferroce layer.
-fn tshark_decode(pcap: &Path) -> Vec<Option<Fields>> {
-    let out = Command::new("tshark")
-        .arg("-X")
-        .arg(format!("lua_script:{}", lua_script().display()))
+fn tshark_decode(pcap: &Path, home: &Path) -> Vec<Option<Fields>> {
+    let out = tshark_with_script(home)
         .arg("-r")
         .arg(pcap)
         .args(["-T", "json", "--no-duplicate-keys"])
@@ -528,7 +540,7 @@ fn check_capture(
     label: &dyn Fn(usize) -> String,
 ) -> (BTreeMap<String, u32>, BTreeMap<String, u32>) {
     let frames = ferroce_dataplane::pcap::read(pcap).expect("read pcap");
-    let decoded = tshark_decode(pcap);
+    let decoded = tshark_decode(pcap, pcap.parent().expect("pcap in a test directory"));
     assert_eq!(decoded.len(), frames.len(), "{what}: tshark frame count");
     let mut opcodes = BTreeMap::new();
     let mut verdicts = BTreeMap::new();
@@ -694,7 +706,7 @@ fn dissector_agrees_with_codec_on_every_vector() {
 
     // The vectors' own verdicts: the codec agrees with them (transport/tests/wire_vectors.rs
     // checks that in depth), so each invalid vector was flagged under its listed error.
-    let shown = tshark_decode(&pcap);
+    let shown = tshark_decode(&pcap, &dir.0);
     for (v, s) in vectors.iter().zip(&shown) {
         let drop = s
             .as_ref()
@@ -709,10 +721,8 @@ fn dissector_agrees_with_codec_on_every_vector() {
     }
     // RoCEv2 (UDP 4791) stays with Wireshark's InfiniBand dissector when the script is loaded.
     let rxe = vectors_dir().join("rxe-sample.pcap");
-    assert!(tshark_decode(&rxe).iter().all(Option::is_none));
-    let out = Command::new("tshark")
-        .arg("-X")
-        .arg(format!("lua_script:{}", lua_script().display()))
+    assert!(tshark_decode(&rxe, &dir.0).iter().all(Option::is_none));
+    let out = tshark_with_script(&dir.0)
         .arg("-r")
         .arg(&rxe)
         .args(["-T", "fields", "-e", "frame.protocols"])
