@@ -335,9 +335,10 @@ local function dissect_reliable(tvb, tree, st, op, n, info)
         if offset ~= 0 then st.fail(off_item, 8, "MALFORMED", "atomic offset must be 0") end
         if length ~= 8 then st.fail(len_item, 8, "MALFORMED", "atomic length must be 8") end
     end
-    if OPS[op].payload then
-        local hdr = 8 + OPS[op].h
-        local plen = n - hdr - 4
+    local hdr = 8 + OPS[op].h
+    local plen = n - hdr - 4
+    -- plen < 0 only when showing a truncated packet's fields: it has no payload to show.
+    if OPS[op].payload and plen >= 0 then
         local pl_item
         if plen > 0 then
             pl_item = tree:add(f.payload, tvb(hdr, plen))
@@ -534,6 +535,31 @@ local function dissect_crc(tvb, tree, st, n, counts)
     return good
 end
 
+-- The opcode-specific part after the base header; its subtree spans `span` bytes.
+local function dissect_body(tvb, t, st, op, n, path, flags, info, span)
+    local o = OPS[op]
+    if op < 0x10 then
+        dissect_reliable(tvb, t, st, op, n, info)
+    elseif op == 0x10 then
+        dissect_ack(tvb, t:add(tvb(8, span), "ACK fields"), st, info)
+    elseif op == 0x11 then
+        dissect_nack(tvb, t:add(tvb(8, span), "NACK fields"), st, path, info)
+    elseif op == 0x12 then
+        dissect_ack_multi(tvb, t:add(tvb(8, span), "ACK_MULTI fields"), st, n, path, info)
+    elseif op == 0x20 or op == 0x21 then
+        dissect_open(tvb, t:add(tvb(8, span), o.name .. " fields"), st, op, info)
+    elseif op == 0x22 or op == 0x23 then
+        dissect_close(tvb, t:add(tvb(8, span), o.name .. " fields"), info)
+    elseif op == 0x30 or op == 0x31 then
+        dissect_probe(tvb, t:add(tvb(8, span), o.name .. " fields"), op, flags, info)
+    else
+        t:add(f.undecoded, tvb(8, span))
+    end
+end
+
+-- Checks of a packet already dropped do not apply: its fields are shown, nothing is judged.
+local QUIET = { fail = function() end, note = function() end }
+
 function p.dissector(tvb, pinfo, tree)
     local n = tvb:reported_len()
     pinfo.cols.protocol = "ferroce"
@@ -574,13 +600,20 @@ function p.dissector(tvb, pinfo, tree)
     if #flag_names > 0 then info[#info + 1] = "[" .. table.concat(flag_names, ",") .. "]" end
 
     -- §3 checks 2-5: structure before the CRC.
-    local layout_ok = false
+    local layout_ok, partial = false, false
     if version ~= 1 then
         st.fail(v_item, 2, "BAD_VERSION", string.format("version %d (this dissector speaks 1)", version))
     elseif not o then
         st.fail(op_item, 3, "BAD_OPCODE", string.format("opcode 0x%02x is not assigned in wire.md Table 2.2", op))
     elseif n < 8 + o.h + 4 then
         st.fail(t, 4, "TRUNCATED", string.format("%d bytes, %s needs at least %d", n, o.name, 8 + o.h + 4))
+        -- The fields the bytes hold, for the reader (where its trailer was is unknowable):
+        -- decoding stops at the first field beyond the end, which pcall catches.
+        if n > 8 then
+            local sub = t:add(tvb(8, n - 8), "Fields present in the truncated packet")
+            pcall(dissect_body, tvb, sub, QUIET, op, n, path, flags, {}, n - 8)
+        end
+        partial = true
     elseif not o.payload and not o.blocks and n ~= 8 + o.h + 4 then
         st.fail(t, 5, "MALFORMED", string.format("%d bytes, %s is exactly %d", n, o.name, 8 + o.h + 4))
         t:add(f.extra, tvb(8 + o.h, n - 8 - o.h - 4))
@@ -594,31 +627,14 @@ function p.dissector(tvb, pinfo, tree)
         if fl ~= 0 then
             st.note(base, string.format("flags 0x%02x are not defined for %s and must be sent as 0", fl, o.name))
         end
-        local body_end = 8 + o.h
-        if op < 0x10 then
-            dissect_reliable(tvb, t, st, op, n, info)
-        elseif op == 0x10 then
-            dissect_ack(tvb, t:add(tvb(8, o.h), "ACK fields"), st, info)
-        elseif op == 0x11 then
-            dissect_nack(tvb, t:add(tvb(8, o.h), "NACK fields"), st, path, info)
-        elseif op == 0x12 then
-            dissect_ack_multi(tvb, t:add(tvb(8, n - 12), "ACK_MULTI fields"), st, n, path, info)
-        elseif op == 0x20 or op == 0x21 then
-            dissect_open(tvb, t:add(tvb(8, o.h), o.name .. " fields"), st, op, info)
-        elseif op == 0x22 or op == 0x23 then
-            dissect_close(tvb, t:add(tvb(8, o.h), o.name .. " fields"), info)
-        elseif op == 0x30 or op == 0x31 then
-            dissect_probe(tvb, t:add(tvb(8, o.h), o.name .. " fields"), op, flags, info)
-        else
-            t:add(f.undecoded, tvb(8, body_end - 8))
-        end
+        dissect_body(tvb, t, st, op, n, path, flags, info, o.blocks and n - 12 or o.h)
         dissect_crc(tvb, t, st, n, true)
     elseif version == 1 and not o and n >= 12 then
         -- An opcode from a newer revision: the trailer rule (§2.15) still holds, so its CRC
         -- is shown, and the body stays raw bytes.
         if n > 12 then t:add(f.undecoded, tvb(8, n - 12)) end
         dissect_crc(tvb, t, st, n, false)
-    elseif n > 8 then
+    elseif n > 8 and not partial then
         t:add(f.undecoded, tvb(8, n - 8))
     end
 
