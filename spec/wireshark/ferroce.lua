@@ -244,7 +244,7 @@ end
 
 local function u32(tvb, o) return tvb(o, 4):uint() end
 
-local function add_flags(tree, tvb, flags, op)
+local function add_flags(tree, tvb, flags)
     local fi = tree:add(f.flags, tvb(2, 1))
     local names = {}
     for _, n in ipairs(FLAG_ORDER) do
@@ -592,7 +592,7 @@ function p.dissector(tvb, pinfo, tree)
     local base = t:add(tvb(0, 8), "Base header")
     local v_item = base:add(f.version, tvb(0, 1))
     local op_item = base:add(f.opcode, tvb(1, 1))
-    local _, flag_names = add_flags(base, tvb, flags, op)
+    local _, flag_names = add_flags(base, tvb, flags)
     base:add(f.path, tvb(3, 1))
     base:add(f.dst_conn, tvb(4, 4))
     info[#info + 1] = name

@@ -719,6 +719,22 @@ fn dissector_agrees_with_codec_on_every_vector() {
             v.name
         );
     }
+    // The same frames cut to 64 bytes by the capture (editcap, tshark's companion): what is
+    // missing from the capture is not missing from the packet, so the dissector must say the
+    // capture is short rather than call them TRUNCATED; the frames that fit are compared.
+    let cut = dir.0.join("vectors-snaplen.pcap");
+    let st = Command::new("editcap")
+        .args(["-F", "nsecpcap", "-s", "64"])
+        .arg(&pcap)
+        .arg(&cut)
+        .status()
+        .expect("run editcap");
+    assert!(st.success(), "editcap failed");
+    let (_, cut_verdicts) = check_capture("vectors cut to 64 bytes", &cut, &|i| {
+        format!("{} cut by the capture", vectors[i].name)
+    });
+    assert!(cut_verdicts.contains_key("CUT"), "{cut_verdicts:?}");
+
     // RoCEv2 (UDP 4791) stays with Wireshark's InfiniBand dissector when the script is loaded.
     let rxe = vectors_dir().join("rxe-sample.pcap");
     assert!(tshark_decode(&rxe, &dir.0).iter().all(Option::is_none));
