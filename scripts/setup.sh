@@ -26,9 +26,9 @@ ferroce_apt_install() {
         return 1
     fi
     ferroce_log "installing $* (apt-get)"
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends "$@"
+    # Through env: sudo does not pass the caller's environment on.
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
 }
 
 # True when version $1 >= version $2 (dotted numbers).
@@ -72,6 +72,23 @@ ferroce_setup_verbs() {
     fi
 }
 
+# tshark for the Wireshark dissector (spec/wireshark/ferroce.lua) and its test
+# (tests/tests/dissector.rs). wireshark-common asks whether non-root users may capture; the
+# answer ("no", Debian's default) is given to debconf first, so the install never waits on it.
+# Installs only when tshark is missing.
+ferroce_setup_tshark() {
+    command -v tshark >/dev/null 2>&1 && return 0
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+        sudo="sudo"
+    fi
+    if { [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; } && command -v debconf-set-selections >/dev/null 2>&1; then
+        echo "wireshark-common wireshark-common/install-setuid boolean false" |
+            $sudo debconf-set-selections
+    fi
+    ferroce_apt_install tshark
+}
+
 ferroce_setup() {
     local want_tests="${1:-}"
 
@@ -91,6 +108,9 @@ ferroce_setup() {
 
     # The verbs shim's tests need the Debian verbs programs and headers.
     ferroce_setup_verbs || return 1
+
+    # The dissector test runs tshark.
+    ferroce_setup_tshark || return 1
 
     if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
         cat >&2 <<MSG
