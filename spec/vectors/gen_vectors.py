@@ -731,11 +731,121 @@ base(v, "OPEN", 0, 0, 0, declare=False)
 open_body(v, A, 8, 63, 400000, declare=False)
 v.seal()
 
+# Connection manager (wire.md section 6): vectors in spec/vectors/cm/, checked by the CM
+# codec's tests (transport/src/cm/tests.rs), not by the packet codec of sections 2-3.
+CM_OPCODES = {"CM_REQ": 0x40, "CM_REP": 0x41, "CM_RTU": 0x42, "CM_REJ": 0x43, "CM_DREQ": 0x44,
+              "CM_DREP": 0x45}
+CM_OUT = []
+
+
+def cm_new(name, comment, error=None):
+    v = Vec(name, comment)
+    v.error = error
+    CM_OUT.append(v)
+    return v
+
+
+def cm_base(v, op, dst, src):
+    v.f("opcode", op)
+    v.f("dst_comm", "0x%08x" % dst)
+    v.f("src_comm", "0x%08x" % src)
+    v.seg(u8(1) + u8(CM_OPCODES[op]) + u8(0) + u8(0) + u32(dst),
+          "base: version 1, opcode 0x%02x %s, flags 0, path 0, dst_comm 0x%08x" % (CM_OPCODES[op], op, dst))
+    v.seg(u32(src), "src_comm 0x%08x" % src)
+
+
+def cm_req(v, src, ps, dport, sport, rr, qpn, psn, idepth, retry, rnr, dst_addr, pd, pd_len=None):
+    cm_base(v, "CM_REQ", 0, src)
+    n = len(pd) if pd_len is None else pd_len
+    v.seg(u16(ps) + u16(dport) + u16(sport) + u8(n) + u8(rr) + u32(qpn) + u32(psn) + u8(idepth)
+          + u8(retry) + u8(rnr) + u8(0) + bytes(dst_addr),
+          "port_space 0x%04x, dst_port %d, src_port %d, pd_len %d, responder_resources %d, qpn 0x%06x, "
+          "start_psn 0x%06x, initiator_depth %d, retry %d, rnr_retry %d, reserved, dst_addr %s"
+          % (ps, dport, sport, n, rr, qpn, psn, idepth, retry, rnr, ".".join(map(str, dst_addr))))
+    if pd:
+        v.seg(pd, "private data, %d bytes" % len(pd))
+
+
+def cm_rep(v, dst, src, qpn, psn, rr, idepth, rnr, pd):
+    cm_base(v, "CM_REP", dst, src)
+    v.seg(u32(qpn) + u32(psn) + u8(rr) + u8(idepth) + u8(rnr) + u8(len(pd)),
+          "qpn 0x%06x, start_psn 0x%06x, responder_resources %d, initiator_depth %d, rnr_retry %d, pd_len %d"
+          % (qpn, psn, rr, idepth, rnr, len(pd)))
+    if pd:
+        v.seg(pd, "private data, %d bytes" % len(pd))
+
+
+def cm_short(v, op, dst, src, pd, reason=None):
+    cm_base(v, op, dst, src)
+    if op == "CM_REJ":
+        v.seg(u16(reason) + u8(0) + u8(len(pd)), "reason %d, reserved, pd_len %d" % (reason, len(pd)))
+    else:
+        v.seg(u8(len(pd)) + bytes(3), "pd_len %d, reserved 3 B" % len(pd))
+    if pd:
+        v.seg(pd, "private data, %d bytes" % len(pd))
+
+
+B_ADDR = [198, 18, 0, 12]
+v = cm_new("cm_req", "REQ for RDMA_PS_TCP port 7174 with 5 bytes of private data.")
+cm_req(v, 0x1a2b3c4d, 0x0106, 7174, 40001, 1, 0x00abcd, 0x000123, 1, 7, 7, B_ADDR, b"hello")
+v.seal()
+v = cm_new("cm_req_pd_56", "REQ with the most private data it carries (56 B).")
+cm_req(v, 0x00000001, 0x0106, 18515, 1, 16, 0xffffff, 0xffffff, 16, 0, 0, B_ADDR, bytes(range(56)))
+v.seal()
+v = cm_new("cm_rep", "REP answering cm_req, 5 bytes of private data.")
+cm_rep(v, 0x1a2b3c4d, 0x55667788, 0x000321, 0x000042, 1, 1, 7, b"world")
+v.seal()
+v = cm_new("cm_rtu", "RTU, no private data.")
+cm_short(v, "CM_RTU", 0x55667788, 0x1a2b3c4d, b"")
+v.seal()
+v = cm_new("cm_rej_no_listener", "REJ of a REQ for a port nobody listens on: reason 8 (invalid service id).")
+cm_short(v, "CM_REJ", 0x1a2b3c4d, 0x00000009, b"", reason=8)
+v.seal()
+v = cm_new("cm_rej_consumer", "REJ by the application (reason 28) with 2 bytes of private data.")
+cm_short(v, "CM_REJ", 0x1a2b3c4d, 0x55667788, b"no", reason=28)
+v.seal()
+v = cm_new("cm_dreq", "DREQ with 3 bytes of private data.")
+cm_short(v, "CM_DREQ", 0x55667788, 0x1a2b3c4d, b"bye")
+v.seal()
+v = cm_new("cm_drep", "DREP.")
+cm_short(v, "CM_DREP", 0x1a2b3c4d, 0x55667788, b"")
+v.seal()
+v = cm_new("cm_req_pd_57", "REQ claiming 57 B of private data (limit 56).", "MALFORMED")
+cm_req(v, 1, 0x0106, 1, 1, 0, 1, 1, 0, 0, 0, B_ADDR, bytes(57))
+v.seal()
+v = cm_new("cm_req_pd_len_short", "REQ whose pd_len says 6 but carries 5 bytes.", "MALFORMED")
+cm_req(v, 1, 0x0106, 1, 1, 0, 1, 1, 0, 0, 0, B_ADDR, b"hello", pd_len=6)
+v.seal()
+v = cm_new("cm_req_dst_comm", "REQ with a dst_comm (must be 0).", "MALFORMED")
+v.seg(u8(1) + u8(0x40) + u8(0) + u8(0) + u32(5), "base: REQ with dst_comm 5")
+v.seg(u32(1), "src_comm 1")
+v.seg(u16(0x0106) + u16(1) + u16(1) + u8(0) + u8(0) + u32(1) + u32(1) + bytes(4) + bytes(B_ADDR), "REQ fields")
+v.seal()
+v = cm_new("cm_req_retry_8", "REQ with retry_count 8 (0..7).", "MALFORMED")
+cm_req(v, 1, 0x0106, 1, 1, 0, 1, 1, 0, 8, 0, B_ADDR, b"")
+v.seal()
+v = cm_new("cm_rtu_src_0", "RTU with src_comm 0.", "MALFORMED")
+cm_short(v, "CM_RTU", 5, 0, b"")
+v.seal()
+v = cm_new("cm_rep_bad_crc", "REP with a corrupted trailer.", "BAD_CRC")
+cm_rep(v, 1, 2, 3, 4, 0, 0, 0, b"")
+v.seal(corrupt=True)
+v = cm_new("cm_drep_truncated", "DREP cut before its pd_len byte.", "TRUNCATED")
+v.seg(u8(1) + u8(0x45) + u8(0) + u8(0) + u32(5) + u32(6), "base and src_comm only")
+v.seg(u32(0), "4 bytes where a trailer would be")
+
+
 if __name__ == "__main__":
     names = set()
     for v in OUT:
         assert v.name not in names, v.name
         names.add(v.name)
         v.write()
+    os.makedirs(os.path.join(HERE, "cm"), exist_ok=True)
+    for v in CM_OUT:
+        assert v.name not in names, v.name
+        names.add(v.name)
+        path = v.write()
+        os.replace(path, os.path.join(HERE, "cm", v.name + ".vec"))
     valid = sum(1 for v in OUT if v.error is None)
     print("wrote %d vectors (%d valid, %d invalid) to %s" % (len(OUT), valid, len(OUT) - valid, HERE))

@@ -10,6 +10,7 @@
 pub mod api;
 mod bits;
 pub mod cc;
+pub mod cm;
 pub mod config;
 pub mod conn;
 pub mod counters;
