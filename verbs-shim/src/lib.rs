@@ -9,12 +9,15 @@
 //! - [`config`]: the engine's configuration from the environment.
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
+//! - [`cm`]: the connection manager beside the native engine, and the private interface
+//!   `librdmacm.so.1` (crate `rdmacm/`) drives it through.
 //! - [`bench`]: `ferroce bench verbs` (perftest over the shim next to the engine's own run).
 //!
 //! Devices: `ferroce0` speaks ferroce's native protocol, `ferroce0_rocev2` IBTA RC over
 //! RoCEv2; applications choose with their device option (`-d`).
 
 pub mod bench;
+pub mod cm;
 pub mod config;
 pub mod exports;
 pub mod mr;

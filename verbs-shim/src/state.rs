@@ -302,7 +302,11 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
         Mode::Native => {
             let ec = cfg.endpoint_config();
             let m = ec.conn.mtu as u32;
-            (engine::native_transport(cfg.port.mtu, ec), m)
+            // The connection manager rides beside the endpoint (cm.rs).
+            (
+                crate::cm::wrap(engine::native_transport(cfg.port.mtu, ec)),
+                m,
+            )
         }
         Mode::Roce => {
             let mut rc = RoceConfig::new(ip);

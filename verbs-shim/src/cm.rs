@@ -1,0 +1,510 @@
+//! The connection manager in the engine, and the private interface `librdmacm.so.1`
+//! (crate `rdmacm/`) reaches it through.
+//!
+//! The native engine's transport is wrapped in [`CmTransport`]: CM packets (opcodes 0x40..,
+//! spec/wire.md §6) go to the sans-IO [`Cm`], everything else to the native endpoint
+//! unchanged; the CM's packets and deadlines join the endpoint's. The CM runs on the
+//! engine's thread: the `ferroce_cm_*` calls below send it closures and wait for them, and
+//! its events reach librdmacm through the callback it registered (called on the engine's
+//! thread, with no shim lock held).
+//!
+//! The interface is not part of rdma-core's ABI: librdmacm finds it with `dlsym` and checks
+//! `ferroce_cm_abi()`; the structures are mirrored in `rdmacm/src/shim.rs`.
+
+use crate::state::{engine, lock, Mode};
+use ferroce_dataplane::engine::{Command, TransportFn};
+use ferroce_transport::cm::{Cm, CmConfig, CmEvent, CmId, QpInfo};
+use ferroce_transport::mem::Memory;
+use ferroce_transport::wire::NATIVE_UDP_PORT;
+use ferroce_transport::{
+    Completion, ConnId, Event, PostError, RecvWr, SendWr, Transmit, Transport, TransportTotals,
+};
+use std::ffi::{c_int, c_void};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// Version of this interface (librdmacm refuses another).
+pub const ABI: u32 = 1;
+
+/// Event kinds of [`FfiEvent::kind`].
+pub mod kind {
+    pub const CONNECT_REQUEST: u32 = 1;
+    pub const CONNECT_RESPONSE: u32 = 2;
+    pub const ESTABLISHED: u32 = 3;
+    pub const REJECTED: u32 = 4;
+    pub const UNREACHABLE: u32 = 5;
+    pub const DISCONNECTED: u32 = 6;
+}
+
+/// Queue-pair parameters across the interface.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FfiQp {
+    pub qpn: u32,
+    pub start_psn: u32,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+}
+
+/// One CM event; `pd` is valid during the callback only.
+#[repr(C)]
+pub struct FfiEvent {
+    pub kind: u32,
+    pub id: u32,
+    /// IPv4 addresses as host-order integers.
+    pub peer: u32,
+    pub local_addr: u32,
+    pub port_space: u16,
+    pub port: u16,
+    pub peer_port: u16,
+    pub reason: u16,
+    pub qp: FfiQp,
+    pub pd_len: u32,
+    pub pd: *const u8,
+}
+
+/// The callback librdmacm registers.
+pub type FfiCallback = unsafe extern "C" fn(ev: *const FfiEvent, ctx: *mut c_void);
+
+struct Shared {
+    cm: Cm,
+    /// The engine's time as of its latest call into the transport (the calls below run
+    /// between two of those, on the same thread).
+    now: u64,
+    cb: Option<(FfiCallback, usize)>,
+}
+
+fn shared() -> &'static Arc<Mutex<Shared>> {
+    static S: OnceLock<Arc<Mutex<Shared>>> = OnceLock::new();
+    S.get_or_init(|| {
+        let seed = std::process::id().wrapping_mul(0x9e37_79b9)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+        Arc::new(Mutex::new(Shared {
+            cm: Cm::new(CmConfig::default(), seed),
+            now: 0,
+            cb: None,
+        }))
+    })
+}
+
+/// Hand the CM's events to librdmacm (engine thread, no lock held during the callback).
+fn deliver() {
+    let (events, cb) = {
+        let mut s = lock(shared());
+        let ev: Vec<CmEvent> = std::iter::from_fn(|| s.cm.poll_event()).collect();
+        (ev, s.cb)
+    };
+    let Some((cb, ctx)) = cb else {
+        return;
+    };
+    for e in events {
+        let (mut f, pd) = ffi_event(&e);
+        f.pd = pd.as_ptr();
+        f.pd_len = pd.len() as u32;
+        // SAFETY: the callback librdmacm registered, given an event that lives (with its
+        // private data) until it returns, as the interface documents.
+        unsafe { cb(&f, ctx as *mut c_void) };
+    }
+}
+
+fn ffi_qp(q: &QpInfo) -> FfiQp {
+    FfiQp {
+        qpn: q.qpn,
+        start_psn: q.start_psn,
+        responder_resources: q.responder_resources,
+        initiator_depth: q.initiator_depth,
+        retry_count: q.retry_count,
+        rnr_retry_count: q.rnr_retry_count,
+    }
+}
+
+fn ffi_event(e: &CmEvent) -> (FfiEvent, Vec<u8>) {
+    let mut f = FfiEvent {
+        kind: 0,
+        id: 0,
+        peer: 0,
+        local_addr: 0,
+        port_space: 0,
+        port: 0,
+        peer_port: 0,
+        reason: 0,
+        qp: FfiQp::default(),
+        pd_len: 0,
+        pd: std::ptr::null(),
+    };
+    let pd = match e {
+        CmEvent::ConnectRequest {
+            id,
+            peer,
+            port_space,
+            port,
+            peer_port,
+            local_addr,
+            qp,
+            private_data,
+        } => {
+            f.kind = kind::CONNECT_REQUEST;
+            f.id = id.0;
+            f.peer = u32::from(*peer);
+            f.local_addr = u32::from(*local_addr);
+            f.port_space = *port_space;
+            f.port = *port;
+            f.peer_port = *peer_port;
+            f.qp = ffi_qp(qp);
+            private_data.clone()
+        }
+        CmEvent::ConnectResponse {
+            id,
+            qp,
+            private_data,
+        } => {
+            f.kind = kind::CONNECT_RESPONSE;
+            f.id = id.0;
+            f.qp = ffi_qp(qp);
+            private_data.clone()
+        }
+        CmEvent::Established { id, private_data } => {
+            f.kind = kind::ESTABLISHED;
+            f.id = id.0;
+            private_data.clone()
+        }
+        CmEvent::Rejected {
+            id,
+            reason,
+            private_data,
+        } => {
+            f.kind = kind::REJECTED;
+            f.id = id.0;
+            f.reason = *reason;
+            private_data.clone()
+        }
+        CmEvent::Unreachable { id } => {
+            f.kind = kind::UNREACHABLE;
+            f.id = id.0;
+            Vec::new()
+        }
+        CmEvent::Disconnected { id, private_data } => {
+            f.kind = kind::DISCONNECTED;
+            f.id = id.0;
+            private_data.clone()
+        }
+    };
+    (f, pd)
+}
+
+/// The native transport with the CM beside it.
+pub struct CmTransport {
+    inner: Box<dyn Transport + Send>,
+    s: Arc<Mutex<Shared>>,
+}
+
+/// Wrap the native engine's transport (state.rs, when the engine starts).
+pub fn wrap(inner: Box<dyn Transport + Send>) -> Box<dyn Transport + Send> {
+    Box::new(CmTransport {
+        inner,
+        s: shared().clone(),
+    })
+}
+
+impl CmTransport {
+    fn tick(&self, now: u64) {
+        lock(&self.s).now = now;
+    }
+}
+
+impl Transport for CmTransport {
+    fn connect(&mut self, peer: Ipv4Addr) -> ConnId {
+        self.inner.connect(peer)
+    }
+    fn create_stream(&mut self, c: ConnId, l: u32, r: u32, pd: u32) -> Result<(), PostError> {
+        self.inner.create_stream(c, l, r, pd)
+    }
+    fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError> {
+        self.inner.post_send(c, stream, wr)
+    }
+    fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
+        self.inner.post_recv(c, stream, wr)
+    }
+    fn handle_datagram(
+        &mut self,
+        now: u64,
+        src: Ipv4Addr,
+        src_port: u16,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn Memory,
+    ) {
+        if ferroce_transport::cm::is_cm_packet(data) {
+            {
+                let mut s = lock(&self.s);
+                s.now = now;
+                s.cm.handle(now, src, data);
+            }
+            deliver();
+            return;
+        }
+        self.inner
+            .handle_datagram(now, src, src_port, ce, data, mem)
+    }
+    fn poll_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<Transmit> {
+        {
+            let mut s = lock(&self.s);
+            s.now = now;
+            if let Some((dst, len)) = s.cm.poll_transmit(buf) {
+                return Some(Transmit {
+                    dst,
+                    src_port: NATIVE_UDP_PORT,
+                    dst_port: NATIVE_UDP_PORT,
+                    len,
+                    port: 0,
+                });
+            }
+        }
+        self.inner.poll_transmit(now, buf, mem)
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        let cm = lock(&self.s).cm.poll_timeout();
+        match (cm, self.inner.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+    fn handle_timeout(&mut self, now: u64) {
+        self.tick(now);
+        let due = lock(&self.s).cm.poll_timeout().is_some_and(|t| t <= now);
+        if due {
+            lock(&self.s).cm.handle_timeout(now);
+            deliver();
+        }
+        if self.inner.poll_timeout().is_some_and(|t| t <= now) {
+            self.inner.handle_timeout(now);
+        }
+    }
+    fn poll_completion(&mut self) -> Option<Completion> {
+        self.inner.poll_completion()
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        self.inner.poll_event()
+    }
+    fn totals(&self) -> TransportTotals {
+        self.inner.totals()
+    }
+    fn udp_port(&self) -> u16 {
+        self.inner.udp_port()
+    }
+    fn accepts_connections(&self) -> bool {
+        self.inner.accepts_connections()
+    }
+    // The endpoint itself: the shim's downcasts to `Endpoint` keep working.
+    fn as_any(&self) -> &dyn std::any::Any {
+        self.inner.as_any()
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self.inner.as_any_mut()
+    }
+}
+
+/// Run `f` on the CM in the engine's thread and wait for its result (errno on failure).
+fn on_engine<R: Send + 'static>(
+    f: impl FnOnce(&mut Cm, u64) -> R + Send + 'static,
+) -> Result<R, c_int> {
+    let e = engine(Mode::Native).map_err(|m| {
+        crate::state::dbg_log!("CM: {m}");
+        libc::ENODEV
+    })?;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let s = shared().clone();
+    e.h.command(Command::Exec(TransportFn(Box::new(move |_t| {
+        let r = {
+            let mut g = lock(&s);
+            let now = g.now;
+            f(&mut g.cm, now)
+        };
+        deliver();
+        let _ = tx.send(r);
+    }))));
+    rx.recv_timeout(Duration::from_secs(5))
+        .map_err(|_| libc::ETIMEDOUT)
+}
+
+fn errno_of(e: ferroce_transport::cm::CmError) -> c_int {
+    use ferroce_transport::cm::CmError::*;
+    match e {
+        UnknownId => libc::ENOENT,
+        InvalidState => libc::EINVAL,
+        PrivateDataTooLong => libc::EINVAL,
+        PortInUse => libc::EADDRINUSE,
+    }
+}
+
+fn qp_info(q: *const FfiQp) -> QpInfo {
+    if q.is_null() {
+        return QpInfo::default();
+    }
+    // SAFETY: non-null, pointing at the caller's FfiQp (the interface's contract).
+    let q = unsafe { *q };
+    QpInfo {
+        qpn: q.qpn & 0x00ff_ffff,
+        start_psn: q.start_psn & 0x00ff_ffff,
+        responder_resources: q.responder_resources,
+        initiator_depth: q.initiator_depth,
+        retry_count: q.retry_count.min(7),
+        rnr_retry_count: q.rnr_retry_count.min(7),
+    }
+}
+
+fn private(pd: *const u8, len: u8) -> Vec<u8> {
+    if pd.is_null() || len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller passes `len` readable bytes at `pd` (the interface's contract).
+    unsafe { std::slice::from_raw_parts(pd, len as usize) }.to_vec()
+}
+
+fn status(r: Result<Result<(), ferroce_transport::cm::CmError>, c_int>) -> c_int {
+    match r {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => errno_of(e),
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn ferroce_cm_abi() -> u32 {
+    ABI
+}
+
+/// Start the native engine if needed, register the event callback, report the engine's own
+/// address (host order). 0 or an errno.
+///
+/// # Safety
+/// `local_ip` is null or writable; `cb` stays callable for the life of the process.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_cm_start(
+    cb: Option<FfiCallback>,
+    ctx: *mut c_void,
+    local_ip: *mut u32,
+) -> c_int {
+    let e = match engine(Mode::Native) {
+        Ok(e) => e,
+        Err(m) => {
+            eprintln!("{m}");
+            return libc::ENODEV;
+        }
+    };
+    lock(shared()).cb = cb.map(|f| (f, ctx as usize));
+    if !local_ip.is_null() {
+        // SAFETY: non-null and writable (contract above).
+        unsafe { *local_ip = u32::from(e.ip) };
+    }
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn ferroce_cm_listen(port_space: u16, port: u16) -> c_int {
+    status(on_engine(move |cm, _| cm.listen(port_space, port)))
+}
+
+#[no_mangle]
+pub extern "C" fn ferroce_cm_unlisten(port_space: u16, port: u16) -> c_int {
+    status(on_engine(move |cm, _| {
+        cm.unlisten(port_space, port);
+        Ok(())
+    }))
+}
+
+/// # Safety
+/// `qp` null or readable; `pd` holds `len` bytes; `id` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_cm_connect(
+    peer: u32,
+    port_space: u16,
+    port: u16,
+    src_port: u16,
+    qp: *const FfiQp,
+    pd: *const u8,
+    len: u8,
+    id: *mut u32,
+) -> c_int {
+    let (q, pd) = (qp_info(qp), private(pd, len));
+    let r = on_engine(move |cm, now| {
+        cm.connect(
+            now,
+            Ipv4Addr::from(peer),
+            port_space,
+            port,
+            src_port,
+            q,
+            &pd,
+        )
+    });
+    match r {
+        Ok(Ok(CmId(v))) => {
+            if !id.is_null() {
+                // SAFETY: non-null and writable (contract above).
+                unsafe { *id = v };
+            }
+            0
+        }
+        Ok(Err(e)) => errno_of(e),
+        Err(e) => e,
+    }
+}
+
+/// # Safety
+/// As `ferroce_cm_connect`.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_cm_accept(
+    id: u32,
+    qp: *const FfiQp,
+    pd: *const u8,
+    len: u8,
+) -> c_int {
+    let (q, pd) = (qp_info(qp), private(pd, len));
+    status(on_engine(move |cm, now| cm.accept(now, CmId(id), q, &pd)))
+}
+
+/// # Safety
+/// `pd` holds `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_cm_reject(id: u32, reason: u16, pd: *const u8, len: u8) -> c_int {
+    let pd = private(pd, len);
+    status(on_engine(move |cm, now| {
+        cm.reject(now, CmId(id), reason, &pd)
+    }))
+}
+
+/// # Safety
+/// `pd` holds `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_cm_establish(id: u32, pd: *const u8, len: u8) -> c_int {
+    let pd = private(pd, len);
+    status(on_engine(move |cm, _| cm.establish(CmId(id), &pd)))
+}
+
+/// # Safety
+/// `pd` holds `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_cm_disconnect(id: u32, pd: *const u8, len: u8) -> c_int {
+    let pd = private(pd, len);
+    status(on_engine(move |cm, now| cm.disconnect(now, CmId(id), &pd)))
+}
+
+#[no_mangle]
+pub extern "C" fn ferroce_cm_release(id: u32) -> c_int {
+    status(on_engine(move |cm, now| {
+        cm.release(now, CmId(id));
+        Ok(())
+    }))
+}
