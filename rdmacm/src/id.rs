@@ -125,8 +125,9 @@ fn new_id(
     })))
 }
 
-/// A child id for a CONNECT_REQUEST on `l` (engine thread, global lock held).
-pub fn new_child(l: &IdPriv, e: &FfiEvent) -> Option<*mut IdPriv> {
+/// A child id for a CONNECT_REQUEST on `l` (engine thread, global lock held: `ctx` is the
+/// device context from it).
+pub fn new_child(l: &IdPriv, e: &FfiEvent, ctx: usize) -> Option<*mut IdPriv> {
     let sync = l.own_chan;
     let chan = if sync {
         std::ptr::null_mut()
@@ -136,7 +137,7 @@ pub fn new_child(l: &IdPriv, e: &FfiEvent) -> Option<*mut IdPriv> {
     let p = new_id(chan, l.cm().context, l.cm().ps)?;
     // SAFETY: just created, not shared yet.
     let c = unsafe { &mut *p };
-    c.cm_mut().verbs = lock(global()).ctx as *mut ibv_context;
+    c.cm_mut().verbs = ctx as *mut ibv_context;
     let local = SocketAddrV4::new(Ipv4Addr::from(e.local_addr), e.port);
     let remote = SocketAddrV4::new(Ipv4Addr::from(e.peer), e.peer_port);
     publish_addrs(c.cm_mut(), local, remote);

@@ -225,6 +225,10 @@ pub fn create_qp(p: &IdPriv, pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Resul
         // Neither bound nor resolved: no device yet.
         return Err(libc::EINVAL);
     }
+    // 0 (unset, as rdma_client leaves it): the id's type, which is RC here.
+    if a.qp_type == 0 {
+        a.qp_type = IBV_QPT_RC;
+    }
     if a.qp_type != IBV_QPT_RC {
         return Err(libc::EOPNOTSUPP);
     }

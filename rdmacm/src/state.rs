@@ -288,7 +288,7 @@ pub unsafe extern "C" fn on_event(ev: *const FfiEvent, _ctx: *mut c_void) {
         };
         // SAFETY: listeners holds live ids only (removed before an id is freed).
         let l = unsafe { &*(lp as *const IdPriv) };
-        let Some(child) = crate::id::new_child(l, e) else {
+        let Some(child) = crate::id::new_child(l, e, g.ctx) else {
             return;
         };
         g.ids.insert(child as usize, ());

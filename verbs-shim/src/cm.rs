@@ -287,9 +287,9 @@ impl Transport for CmTransport {
             lock(&self.s).cm.handle_timeout(now);
             deliver();
         }
-        if self.inner.poll_timeout().is_some_and(|t| t <= now) {
-            self.inner.handle_timeout(now);
-        }
+        // Always: the engine calls this only when something is due, and the endpoint's
+        // own bookkeeping (its timer heap) runs in it.
+        self.inner.handle_timeout(now);
     }
     fn poll_completion(&mut self) -> Option<Completion> {
         self.inner.poll_completion()
