@@ -38,6 +38,10 @@ pub struct CmConfig {
     pub max_retries: u32,
     /// How long a finished exchange's last answer is remembered, to answer duplicates.
     pub timewait_ns: u64,
+    /// A REQ for a port nobody listens on is answered (REJ, INVALID_SERVICE_ID) only once
+    /// this long has passed since its first copy: a listener that appears meanwhile gets the
+    /// next retransmission (spec/transport.md §13.3).
+    pub listen_grace_ns: u64,
 }
 
 impl Default for CmConfig {
@@ -47,6 +51,7 @@ impl Default for CmConfig {
             rto_max_ns: 800_000_000,
             max_retries: 8,
             timewait_ns: 2_000_000_000,
+            listen_grace_ns: 200_000_000,
         }
     }
 }
@@ -142,6 +147,8 @@ pub struct Cm {
     /// (peer, its comm id) -> ours: duplicate REQs find their exchange.
     by_remote: HashMap<(Ipv4Addr, u32), u32>,
     listening: HashSet<(u16, u16)>,
+    /// REQs for a port nobody listens on (yet): (peer, its comm id) -> first seen.
+    unserved: HashMap<(Ipv4Addr, u32), u64>,
     tx: VecDeque<(Ipv4Addr, Vec<u8>)>,
     events: VecDeque<CmEvent>,
     pub counters: CmCounters,
@@ -157,6 +164,7 @@ impl Cm {
             ex: HashMap::new(),
             by_remote: HashMap::new(),
             listening: HashSet::new(),
+            unserved: HashMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
             counters: CmCounters::default(),
@@ -404,6 +412,9 @@ impl Cm {
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
+        // Initiators retransmit within the grace; older entries are of ones that gave up.
+        let keep = self.cfg.listen_grace_ns.saturating_mul(10);
+        self.unserved.retain(|_, t| now.saturating_sub(*t) < keep);
         let due: Vec<u32> = self
             .ex
             .iter()
@@ -508,8 +519,13 @@ impl Cm {
                     }
                     return true;
                 }
-                let id = self.alloc();
                 if !self.listening.contains(&(port_space, dst_port)) {
+                    let first = *self.unserved.entry((src, m.src_comm)).or_insert(now);
+                    if now.saturating_sub(first) < self.cfg.listen_grace_ns {
+                        return true;
+                    }
+                    self.unserved.remove(&(src, m.src_comm));
+                    let id = self.alloc();
                     let rej = CmMsg {
                         dst_comm: m.src_comm,
                         src_comm: id,
@@ -523,6 +539,8 @@ impl Cm {
                     self.timewait(now, id, self.ex.get(&id).and_then(|e| e.last.clone()));
                     return true;
                 }
+                self.unserved.remove(&(src, m.src_comm));
+                let id = self.alloc();
                 self.insert_passive(src, m.src_comm, id, State::ReqRcvd, None);
                 self.events.push_back(CmEvent::ConnectRequest {
                     id: CmId(id),

@@ -167,10 +167,16 @@ fn lost_messages_are_retransmitted_and_duplicates_answered_from_state() {
 fn rejects_unreachable_and_no_listener() {
     let cfg = CmConfig::default();
     let (mut a, mut b) = (Cm::new(cfg, 1), Cm::new(cfg, 50));
-    // No listener: REJ with INVALID_SERVICE_ID.
+    // No listener: REJ with INVALID_SERVICE_ID, once a copy arrives past the grace.
     let i1 = a.connect(0, B, PS_TCP, 99, 3, qp(1), b"").unwrap();
-    pump(&mut a, A, &mut b, 0, &mut never());
-    pump(&mut b, B, &mut a, 0, &mut never());
+    let mut now = 0;
+    while !b.has_transmit() {
+        pump(&mut a, A, &mut b, now, &mut never());
+        now = a.poll_timeout().unwrap();
+        a.handle_timeout(now);
+    }
+    assert!(now >= cfg.listen_grace_ns && now < 4 * cfg.listen_grace_ns, "{now}");
+    pump(&mut b, B, &mut a, now, &mut never());
     assert_eq!(
         events(&mut a),
         vec![CmEvent::Rejected {
@@ -203,7 +209,7 @@ fn rejects_unreachable_and_no_listener() {
         .unwrap();
     let mut buf = [0u8; 256];
     let mut sent = 0;
-    let mut now = 0;
+    now = 0;
     while let Some(t) = a.poll_timeout() {
         while a.poll_transmit(&mut buf).is_some() {
             sent += 1;
@@ -357,4 +363,23 @@ fn spec_vectors_match_the_codec() {
         seen += 1;
     }
     assert!(seen >= 8, "only {seen} CM vectors");
+}
+
+#[test]
+fn a_listener_that_appears_during_the_grace_gets_the_retransmitted_req() {
+    let cfg = CmConfig::default();
+    let (mut a, mut b) = (Cm::new(cfg, 1), Cm::new(cfg, 70));
+    let ia = a.connect(0, B, PS_TCP, 18515, 3, qp(1), b"").unwrap();
+    pump(&mut a, A, &mut b, 0, &mut never());
+    assert!(!b.has_transmit() && events(&mut b).is_empty());
+    b.listen(PS_TCP, 18515).unwrap();
+    let t = a.poll_timeout().unwrap();
+    a.handle_timeout(t);
+    pump(&mut a, A, &mut b, t, &mut never());
+    let [CmEvent::ConnectRequest { id, .. }] = events(&mut b)[..] else {
+        panic!()
+    };
+    b.accept(t, id, rep_qp(2), b"").unwrap();
+    pump(&mut b, B, &mut a, t, &mut never());
+    assert!(matches!(events(&mut a)[..], [CmEvent::ConnectResponse { id, .. }] if id == ia));
 }
