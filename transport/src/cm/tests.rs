@@ -175,7 +175,10 @@ fn rejects_unreachable_and_no_listener() {
         now = a.poll_timeout().unwrap();
         a.handle_timeout(now);
     }
-    assert!(now >= cfg.listen_grace_ns && now < 4 * cfg.listen_grace_ns, "{now}");
+    assert!(
+        now >= cfg.listen_grace_ns && now < 4 * cfg.listen_grace_ns,
+        "{now}"
+    );
     pump(&mut b, B, &mut a, now, &mut never());
     assert_eq!(
         events(&mut a),

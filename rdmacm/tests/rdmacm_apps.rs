@@ -1,0 +1,334 @@
+//! Unmodified rdma_cm programs (rdmacm-utils, perftest `-R`) over ferroce's librdmacm.so.1
+//! and verbs shim: two processes in two network namespaces joined by a veth pair, each with
+//! its own DPDK engine on `net_af_packet` (engine addresses 198.18.0.11/.12, which the
+//! programs name; ucmatose names the kernel address 198.18.0.2 and reaches the engine
+//! through `FERROCE_CM_MAP`), native mode, without and with 1 % injected loss on every
+//! transmit. Exit statuses and output are checked; every run is bounded in time. Also the
+//! failures a program sees: no listener (REJECTED, 8), nobody there (UNREACHABLE, -110), an
+//! unusable address (ADDR_ERROR).
+//!
+//! Needs root, rdmacm-utils, perftest and DPDK's af_packet PMD; skips otherwise. Both
+//! libraries must be built: `cargo test --release -p ferroce-verbs -p ferroce-rdmacm --test
+//! rdmacm_apps` builds them (the whole-workspace suite does too).
+
+use ferroce_dataplane::netns::{is_root, VethPair};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// One test at a time: the namespaces' names and the two shared cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn prerequisites() -> Result<(), &'static str> {
+    if !is_root() {
+        return Err("needs root (network namespaces)");
+    }
+    for b in [
+        "/usr/bin/rping",
+        "/usr/bin/ucmatose",
+        "/usr/bin/ib_write_bw",
+    ] {
+        if !Path::new(b).exists() {
+            return Err("install rdmacm-utils and perftest (scripts/setup.sh does)");
+        }
+    }
+    if ferroce_dataplane::config::pmd_dir().is_none() {
+        return Err("DPDK PMDs not installed");
+    }
+    Ok(())
+}
+
+/// A directory for LD_LIBRARY_PATH with librdmacm.so.1, libibverbs.so.1 and the stub
+/// providers, all from this build.
+fn lib_dir(tag: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let find = |name: &str| {
+        [deps, deps.parent().unwrap()]
+            .iter()
+            .map(|d| d.join(name))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name} not built next to {}: run cargo test --release -p ferroce-verbs \
+                     -p ferroce-rdmacm --test rdmacm_apps",
+                    exe.display()
+                )
+            })
+    };
+    let d = std::env::temp_dir().join(format!("cm-libs-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let link = |src: &Path, name: &str| {
+        let dst = d.join(name);
+        let _ = std::fs::remove_file(&dst);
+        std::os::unix::fs::symlink(src, &dst).unwrap();
+    };
+    link(&find("librdmacm.so"), "librdmacm.so.1");
+    link(&find("libibverbs.so"), "libibverbs.so.1");
+    for l in ["libmlx5.so.1", "libefa.so.1", "libmlx4.so.1"] {
+        let p = Path::new(ibverbs::STUB_DIR).join(l);
+        if p.exists() {
+            link(&p, l);
+        }
+    }
+    d
+}
+
+struct Env {
+    pair: VethPair,
+    libs: PathBuf,
+}
+
+impl Env {
+    fn new(tag: &str) -> Env {
+        Env {
+            pair: VethPair::create(tag, ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair"),
+            libs: lib_dir(tag),
+        }
+    }
+
+    /// `cmd` in namespace `k` with engine k (198.18.0.11 + k) and `loss` on transmit.
+    fn side(&self, k: usize, cmd: &str, loss: f64, map: &str, limit: Duration) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.pair.ns[k], "timeout", "-k", "5"])
+            .arg(format!("{}", limit.as_secs()))
+            .args(cmd.split_whitespace());
+        c.env("LD_LIBRARY_PATH", &self.libs)
+            .env("LD_BIND_NOW", "1")
+            .env("FERROCE_IP", format!("198.18.0.{}", 11 + k))
+            .env(
+                "FERROCE_PMD",
+                format!("net_af_packet0,iface={},framecnt=8192", self.pair.ifname[k]),
+            )
+            .env("FERROCE_LOSS", format!("{loss}"))
+            .env("FERROCE_CM_MAP", map)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.libs).ok();
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Server in namespace 1, then the client in namespace 0: (output, exit) of each.
+fn run_two(
+    env: &Env,
+    server: &str,
+    client: &str,
+    loss: f64,
+    map: &str,
+) -> ((String, Option<i32>), (String, Option<i32>)) {
+    let limit = Duration::from_secs(40);
+    let s = env
+        .side(1, server, loss, map, limit)
+        .spawn()
+        .expect("spawn server");
+    std::thread::sleep(Duration::from_millis(1500));
+    let c = env
+        .side(0, client, loss, map, limit)
+        .output()
+        .expect("client");
+    let s = s.wait_with_output().expect("server");
+    ((text(&c), c.status.code()), (text(&s), s.status.code()))
+}
+
+/// Run a program pair lossless and at 1 % loss; `check(client, server)` says what is wrong.
+fn pair_test(
+    tag: &str,
+    server: &str,
+    client: &str,
+    map: &str,
+    check: impl Fn(&str, &str) -> Result<(), String>,
+) {
+    if let Err(why) = prerequisites() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::new(tag);
+    let mut failures = Vec::new();
+    for loss in [0.0, 0.01] {
+        let t0 = Instant::now();
+        let ((ct, cc), (st, sc)) = run_two(&env, server, client, loss, map);
+        let r = if cc != Some(0) || sc != Some(0) {
+            Err(format!("exit: client {cc:?}, server {sc:?}"))
+        } else {
+            check(&ct, &st)
+        };
+        eprintln!(
+            "| {client:<50} | {:>4.1} % | {} ({:.1} s)",
+            loss * 100.0,
+            if r.is_ok() { "pass" } else { "FAIL" },
+            t0.elapsed().as_secs_f64()
+        );
+        if let Err(why) = r {
+            failures.push(format!(
+                "{client} at {loss}: {why}\nclient:\n{ct}\nserver:\n{st}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The `count` lines rping -v prints with `prefix`, in order, with rping's pattern.
+fn rping_lines(out: &str, prefix: &str, count: usize) -> Result<(), String> {
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(prefix)).collect();
+    if lines.len() != count {
+        return Err(format!("{} {prefix:?} lines, want {count}", lines.len()));
+    }
+    for (i, l) in lines.iter().enumerate() {
+        // rping's buffer: "rdma-ping-%d: " then characters from 'A' + i, cycling
+        // through 'A'..='z' (58 of them).
+        let want = format!("{prefix}rdma-ping-{i}: ");
+        let start = (b'A' + (i % 58) as u8) as char;
+        if !l.starts_with(&want) || !l[want.len()..].starts_with(start) {
+            return Err(format!("line {i} is {l:?}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn rping_100_pings() {
+    pair_test(
+        "r",
+        "rping -s -v -C 100 -a 198.18.0.12",
+        "rping -c -v -C 100 -a 198.18.0.12",
+        "",
+        |c, s| {
+            rping_lines(c, "ping data: ", 100)?;
+            rping_lines(s, "server ping data: ", 100)
+        },
+    );
+}
+
+#[test]
+fn ucmatose_through_the_address_map() {
+    let ok = |t: &str| t.contains("data transfers complete") && t.contains("return status 0");
+    pair_test(
+        "u",
+        "ucmatose -c 4 -C 50",
+        "ucmatose -s 198.18.0.2 -c 4 -C 50",
+        "198.18.0.2=198.18.0.12",
+        |c, s| match (ok(c), ok(s)) {
+            (true, true) => Ok(()),
+            _ => Err("no \"data transfers complete\" / \"return status 0\"".into()),
+        },
+    );
+}
+
+#[test]
+fn rdma_server_and_rdma_client() {
+    pair_test(
+        "s",
+        "rdma_server",
+        "rdma_client -s 198.18.0.12",
+        "",
+        |c, s| match (
+            c.contains("rdma_client: end 0"),
+            s.contains("rdma_server: end 0"),
+        ) {
+            (true, true) => Ok(()),
+            _ => Err("no \"end 0\"".into()),
+        },
+    );
+}
+
+/// perftest's result row: "#bytes #iterations figures..." with positive figures.
+fn perftest_row(out: &str, bytes: u64) -> Result<Vec<f64>, String> {
+    out.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() >= 4 && f[0].parse::<u64>() == Ok(bytes) && f[1] == "1000")
+        .map(|f| f[2..].iter().filter_map(|x| x.parse().ok()).collect())
+        .filter(|v: &Vec<f64>| !v.is_empty() && v.iter().all(|x| *x > 0.0))
+        .ok_or_else(|| format!("no result row for {bytes} B with positive figures"))
+}
+
+#[test]
+fn perftest_write_bw_over_rdma_cm() {
+    pair_test(
+        "w",
+        "ib_write_bw -R -d ferroce0 -F -n 1000",
+        "ib_write_bw -R -d ferroce0 -F -n 1000 198.18.0.12",
+        "",
+        |c, s| {
+            perftest_row(c, 65536)?;
+            perftest_row(s, 65536).map(|_| ())
+        },
+    );
+}
+
+#[test]
+fn perftest_send_lat_over_rdma_cm() {
+    pair_test(
+        "l",
+        "ib_send_lat -R -d ferroce0 -F -n 1000",
+        "ib_send_lat -R -d ferroce0 -F -n 1000 198.18.0.12",
+        "",
+        |c, s| {
+            perftest_row(c, 2)?;
+            perftest_row(s, 2).map(|_| ())
+        },
+    );
+}
+
+/// What rping prints when connecting fails: REJECTED (no listener: reason 8), UNREACHABLE
+/// (nobody at the address: -ETIMEDOUT) and ADDR_ERROR (0.0.0.0).
+#[test]
+fn connection_failures_are_the_documented_events() {
+    if let Err(why) = prerequisites() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::new("f");
+    let limit = Duration::from_secs(30);
+    // The peer's engine runs (an idle server on another port) but nobody listens on 7174.
+    let idle = env
+        .side(1, "rping -s -a 198.18.0.12 -p 9999 -C 1", 0.0, "", limit)
+        .spawn()
+        .expect("spawn idle server");
+    std::thread::sleep(Duration::from_millis(1500));
+    let cases = [
+        ("198.18.0.12", "cma event RDMA_CM_EVENT_REJECTED, error 8"),
+        (
+            "198.18.0.13",
+            "cma event RDMA_CM_EVENT_UNREACHABLE, error -110",
+        ),
+        ("0.0.0.0", "cma event RDMA_CM_EVENT_ADDR_ERROR, error -99"),
+    ];
+    let mut failures = Vec::new();
+    for (addr, want) in cases {
+        let t0 = Instant::now();
+        let o = env
+            .side(0, &format!("rping -c -a {addr} -C 1"), 0.0, "", limit)
+            .output()
+            .expect("rping");
+        let t = text(&o);
+        let ok = o.status.code() != Some(0) && t.contains(want);
+        eprintln!(
+            "| rping -c -a {addr:<12} | {} | {want} ({:.1} s)",
+            if ok { "pass" } else { "FAIL" },
+            t0.elapsed().as_secs_f64()
+        );
+        if !ok {
+            failures.push(format!("{addr}: want {want:?}, exit {:?}:\n{t}", o.status));
+        }
+    }
+    // SIGTERM to the one process this test started (timeout passes it on to rping).
+    let _ = Command::new("kill").arg(idle.id().to_string()).status();
+    let _ = idle.wait_with_output();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
