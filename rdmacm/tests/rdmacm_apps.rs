@@ -332,3 +332,50 @@ fn connection_failures_are_the_documented_events() {
     let _ = idle.wait_with_output();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// tests/c/cm_private.c, built against the system rdma_cma.h and linked with -lrdmacm (ours
+/// at run time): private data in REQ and REP, a consumer REJ with private data (status 28),
+/// DISCONNECTED on both sides, RDMA_PS_UDP and rdma_join_multicast refused, the channel fd
+/// readable exactly when an event waits.
+#[test]
+fn private_data_reject_and_refusals_from_c() {
+    if let Err(why) = prerequisites() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let bin = std::env::temp_dir().join(format!("cm-private-{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_private.c");
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("run cc");
+    assert!(
+        cc.status.success(),
+        "cc cm_private.c failed (librdmacm-dev installed?):\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let b = bin.display();
+    pair_test(
+        "p",
+        &format!("{b} server 7000"),
+        &format!("{b} client 198.18.0.12 7000"),
+        "",
+        |c, s| {
+            let want = [
+                (c, "client: REP private data \"ferroce-rep-data\""),
+                (c, "client: REJ status 28, private data \"go-away\""),
+                (s, "server: REQ private data \"ferroce-req\""),
+                (c, "RESULT ok"),
+                (s, "RESULT ok"),
+            ];
+            match want.iter().find(|(t, w)| !t.contains(w)) {
+                Some((_, w)) => Err(format!("no {w:?}")),
+                None => Ok(()),
+            }
+        },
+    );
+    std::fs::remove_file(&bin).ok();
+}
