@@ -241,7 +241,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 }
 
 /// `sockaddr` as IPv4 (null: None); another family is EAFNOSUPPORT.
-pub fn sa_v4(sa: *const libc::sockaddr) -> Result<Option<SocketAddrV4>, c_int> {
+pub(crate) fn sa_v4(sa: *const libc::sockaddr) -> Result<Option<SocketAddrV4>, c_int> {
     if sa.is_null() {
         return Ok(None);
     }
@@ -515,7 +515,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, c: *mut rdma_conn_par
         st.comm = comm;
         st.phase = Phase::Connecting;
     }
-    register(p as *const IdPriv as *mut IdPriv, comm);
+    register(p, comm);
     complete(p, RDMA_CM_EVENT_ESTABLISHED)
 }
 

@@ -67,6 +67,8 @@ fn sym(name: &CStr) -> Option<*mut c_void> {
 }
 
 /// The interface, if the loaded libibverbs is ferroce's and speaks [`ABI`].
+// The transmutes' target types are the fields' types (written once, in `Ops`).
+#[allow(clippy::missing_transmute_annotations)]
 pub fn ops() -> Option<&'static Ops> {
     static OPS: OnceLock<Option<Ops>> = OnceLock::new();
     OPS.get_or_init(|| {

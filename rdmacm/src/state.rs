@@ -327,20 +327,19 @@ pub unsafe extern "C" fn on_event(ev: *const FfiEvent, _ctx: *mut c_void) {
 }
 
 /// Register `comm` for `p` and deliver what arrived before.
-pub fn register(p: *mut IdPriv, comm: u32) {
+pub fn register(p: &IdPriv, comm: u32) {
     let mut g = lock(global());
-    g.by_comm.insert(comm, p as usize);
+    g.by_comm.insert(comm, p as *const IdPriv as usize);
     if let Some(evs) = g.orphans.remove(&comm) {
         for mut e in evs {
-            e.ev.id = p as *mut rdma_cm_id;
-            // SAFETY: `p` is live (the caller's id).
-            unsafe { &*p }.chan().push(e);
+            e.ev.id = p.id.get();
+            p.chan().push(e);
         }
     }
 }
 
 /// The IdPriv behind an application's id, if it is one of ours and alive.
-pub fn id_of<'a>(id: *mut rdma_cm_id) -> Option<&'a IdPriv> {
+pub(crate) fn id_of<'a>(id: *mut rdma_cm_id) -> Option<&'a IdPriv> {
     if id.is_null() || !lock(global()).ids.contains_key(&(id as usize)) {
         return None;
     }
