@@ -7,6 +7,7 @@
 //! engines' own addresses (`FERROCE_IP` of each side) needs no map. A bound address must map
 //! to 0.0.0.0 or to this process's engine (`FERROCE_IP`), else EADDRNOTAVAIL.
 
+use crate::events::{rdma_ack_cm_event, rdma_get_cm_event};
 use crate::id::*;
 use crate::qp;
 use crate::state::*;

@@ -8,11 +8,12 @@
 //! retries.
 
 use crate::addr;
+use crate::events::{rdma_ack_cm_event, rdma_get_cm_event};
 use crate::qp;
 use crate::shim::{self, FfiEvent, FfiQp};
 use crate::state::*;
 use crate::sys::*;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Mutex;
 
@@ -666,143 +667,6 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, ev: ibv_event_type) ->
 }
 
 /// # Safety
-/// `ch` a channel of ours; `out` writable.
-#[export_name = "frdmacm_v_rdma_get_cm_event"]
-pub unsafe extern "C" fn rdma_get_cm_event(
-    ch: *mut rdma_event_channel,
-    out: *mut *mut rdma_cm_event,
-) -> c_int {
-    if ch.is_null() || out.is_null() {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: a channel of ours (the rdma_event_channel is its first field).
-    let c = unsafe { &*(ch as *const ChanPriv) };
-    loop {
-        let mut n = 0u64;
-        // SAFETY: reads 8 bytes into a live u64 from our eventfd; blocks unless the
-        // application made the fd non-blocking (then EAGAIN, as rdma-core).
-        let r = unsafe { libc::read(c.ch.fd, &mut n as *mut u64 as *mut c_void, 8) };
-        if r != 8 {
-            // SAFETY: errno of this thread.
-            let e = unsafe { *libc::__errno_location() };
-            if e == libc::EINTR {
-                continue;
-            }
-            return -1;
-        }
-        let Some(mut e) = lock(&c.q).pop_front() else {
-            continue;
-        };
-        process(&mut e);
-        // SAFETY: writable (contract).
-        unsafe { *out = Box::into_raw(e) as *mut rdma_cm_event };
-        return 0;
-    }
-}
-
-/// What an event does to its id before the application sees it (application thread: it may
-/// call verbs and the shim). A REP is answered here: QP to RTR and RTS, RTU, ESTABLISHED.
-fn process(e: &mut EvPriv) -> Option<()> {
-    let p = id_of(e.ev.id)?;
-    match e.ev.event {
-        RDMA_CM_EVENT_CONNECT_RESPONSE => {
-            let comm = {
-                let mut st = lock(&p.st);
-                st.peer_qp = e.qp;
-                st.comm
-            };
-            if p.cm().qp.is_null() {
-                return Some(());
-            }
-            let ops = shim::ops()?;
-            match qp::connect_qp(p) {
-                Ok(()) => {
-                    // SAFETY: no private data in our RTU.
-                    let r = unsafe { (ops.establish)(comm, std::ptr::null(), 0) };
-                    if r == 0 {
-                        e.ev.event = RDMA_CM_EVENT_ESTABLISHED;
-                        lock(&p.st).phase = Phase::Connected;
-                    } else {
-                        e.ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
-                        e.ev.status = -r;
-                    }
-                }
-                Err(err) => {
-                    // SAFETY: no private data.
-                    unsafe { (ops.reject)(comm, 28, std::ptr::null(), 0) };
-                    e.ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
-                    e.ev.status = -err;
-                    lock(&p.st).phase = Phase::Disconnected;
-                }
-            }
-        }
-        RDMA_CM_EVENT_ESTABLISHED => lock(&p.st).phase = Phase::Connected,
-        RDMA_CM_EVENT_DISCONNECTED => {
-            qp::to_error(p);
-            lock(&p.st).phase = Phase::Disconnected;
-        }
-        RDMA_CM_EVENT_REJECTED | RDMA_CM_EVENT_UNREACHABLE => {
-            lock(&p.st).phase = Phase::Disconnected
-        }
-        _ => {}
-    }
-    Some(())
-}
-
-/// # Safety
-/// `e` an event this library returned, not acknowledged yet.
-#[export_name = "frdmacm_v_rdma_ack_cm_event"]
-pub unsafe extern "C" fn rdma_ack_cm_event(e: *mut rdma_cm_event) -> c_int {
-    if e.is_null() {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: ours (an EvPriv leaked by rdma_get_cm_event).
-    drop(unsafe { Box::from_raw(e as *mut EvPriv) });
-    0
-}
-
-/// # Safety
-/// `id` ours; `ch` null or ours.
-#[export_name = "frdmacm_v_rdma_migrate_id"]
-pub unsafe extern "C" fn rdma_migrate_id(
-    id: *mut rdma_cm_id,
-    ch: *mut rdma_event_channel,
-) -> c_int {
-    let Some(p) = id_of(id) else {
-        return fail(libc::EINVAL);
-    };
-    // To a private channel (synchronous) is not offered.
-    if ch.is_null() || p.own_chan || !lock(global()).chans.contains_key(&(ch as usize)) {
-        return fail(libc::EINVAL);
-    }
-    let old = p.chan;
-    let moved: Vec<Box<EvPriv>> = {
-        let mut q = lock(&p.chan().q);
-        let (m, keep): (Vec<_>, Vec<_>) = q.drain(..).partition(|e| e.ev.id == id);
-        q.extend(keep);
-        m
-    };
-    {
-        let mut g = lock(global());
-        if let Some(n) = g.chans.get_mut(&(old as usize)) {
-            *n = n.saturating_sub(1);
-        }
-        *g.chans.entry(ch as usize).or_default() += 1;
-    }
-    let pm = p as *const IdPriv as *mut IdPriv;
-    // SAFETY: our id; the application does not use it concurrently during a migration
-    // (rdma-core's contract).
-    unsafe {
-        (*pm).chan = ch as *mut ChanPriv;
-        (*pm).cm_mut().channel = ch;
-    }
-    for e in moved {
-        p.chan().push(e);
-    }
-    0
-}
-
-/// # Safety
 /// `id` ours.
 #[export_name = "frdmacm_v_rdma_get_src_port"]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
@@ -814,28 +678,4 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 #[export_name = "frdmacm_v_rdma_get_dst_port"]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     id_of(id).map_or(0, |p| lock(&p.st).remote.port().to_be())
-}
-
-#[export_name = "frdmacm_v_rdma_event_str"]
-pub extern "C" fn rdma_event_str(e: rdma_cm_event_type) -> *const c_char {
-    let s: &'static std::ffi::CStr = match e {
-        RDMA_CM_EVENT_ADDR_RESOLVED => c"RDMA_CM_EVENT_ADDR_RESOLVED",
-        RDMA_CM_EVENT_ADDR_ERROR => c"RDMA_CM_EVENT_ADDR_ERROR",
-        RDMA_CM_EVENT_ROUTE_RESOLVED => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
-        RDMA_CM_EVENT_ROUTE_ERROR => c"RDMA_CM_EVENT_ROUTE_ERROR",
-        RDMA_CM_EVENT_CONNECT_REQUEST => c"RDMA_CM_EVENT_CONNECT_REQUEST",
-        RDMA_CM_EVENT_CONNECT_RESPONSE => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
-        RDMA_CM_EVENT_CONNECT_ERROR => c"RDMA_CM_EVENT_CONNECT_ERROR",
-        RDMA_CM_EVENT_UNREACHABLE => c"RDMA_CM_EVENT_UNREACHABLE",
-        RDMA_CM_EVENT_REJECTED => c"RDMA_CM_EVENT_REJECTED",
-        RDMA_CM_EVENT_ESTABLISHED => c"RDMA_CM_EVENT_ESTABLISHED",
-        RDMA_CM_EVENT_DISCONNECTED => c"RDMA_CM_EVENT_DISCONNECTED",
-        RDMA_CM_EVENT_DEVICE_REMOVAL => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
-        RDMA_CM_EVENT_MULTICAST_JOIN => c"RDMA_CM_EVENT_MULTICAST_JOIN",
-        RDMA_CM_EVENT_MULTICAST_ERROR => c"RDMA_CM_EVENT_MULTICAST_ERROR",
-        RDMA_CM_EVENT_ADDR_CHANGE => c"RDMA_CM_EVENT_ADDR_CHANGE",
-        RDMA_CM_EVENT_TIMEWAIT_EXIT => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
-        _ => c"UNKNOWN EVENT",
-    };
-    s.as_ptr()
 }

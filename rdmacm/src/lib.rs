@@ -3,7 +3,8 @@
 //! verbs shim's native engine. Found through `LD_LIBRARY_PATH` next to the shim's
 //! `libibverbs.so.1`, whose private CM interface (verbs-shim/src/cm.rs) it drives.
 //!
-//! - [`id`]: event channels, cm ids, the connection life cycle, events.
+//! - [`id`]: event channels, cm ids, the connection life cycle.
+//! - [`events`]: getting, processing and acknowledging events.
 //! - [`qp`]: queue pairs over the public verbs ABI and the transitions the CM drives.
 //! - [`addr`]: the address rule, `rdma_getaddrinfo`, the synchronous `rdma_create_ep` layer.
 //! - [`misc`]: what is refused (multicast, ECE, rsockets) and `rpoll`/`rselect`.
@@ -11,6 +12,7 @@
 //!   C layouts, the symbol versions.
 
 pub mod addr;
+pub mod events;
 pub mod exports;
 pub mod id;
 pub mod misc;

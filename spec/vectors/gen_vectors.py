@@ -731,7 +731,7 @@ base(v, "OPEN", 0, 0, 0, declare=False)
 open_body(v, A, 8, 63, 400000, declare=False)
 v.seal()
 
-# Connection manager (wire.md section 6): vectors in spec/vectors/cm/, checked by the CM
+# Connection manager (cm.md section 1): vectors in spec/vectors/cm/, checked by the CM
 # codec's tests (transport/src/cm/tests.rs), not by the packet codec of sections 2-3.
 CM_OPCODES = {"CM_REQ": 0x40, "CM_REP": 0x41, "CM_RTU": 0x42, "CM_REJ": 0x43, "CM_DREQ": 0x44,
               "CM_DREP": 0x45}

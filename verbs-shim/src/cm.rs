@@ -2,7 +2,7 @@
 //! (crate `rdmacm/`) reaches it through.
 //!
 //! The native engine's transport is wrapped in [`CmTransport`]: CM packets (opcodes 0x40..,
-//! spec/wire.md §6) go to the sans-IO [`Cm`], everything else to the native endpoint
+//! spec/cm.md §1) go to the sans-IO [`Cm`], everything else to the native endpoint
 //! unchanged; the CM's packets and deadlines join the endpoint's. The CM runs on the
 //! engine's thread: the `ferroce_cm_*` calls below send it closures and wait for them, and
 //! its events reach librdmacm through the callback it registered (called on the engine's

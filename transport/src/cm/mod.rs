@@ -1,4 +1,4 @@
-//! The connection manager (spec/transport.md §13): the REQ / REP / RTU / REJ / DREQ / DREP
+//! The connection manager (spec/cm.md): the REQ / REP / RTU / REJ / DREQ / DREP
 //! exchange that librdmacm applications connect their queue pairs with, sans-IO like the
 //! rest of the core. One [`Cm`] per host; it is connectionless (its messages are not carried
 //! on a native connection), retransmits its own requests and answers duplicates from state.
@@ -28,7 +28,7 @@ pub mod reason {
     pub const TIMEOUT: u16 = 1;
 }
 
-/// Timers of spec/transport.md §13.4.
+/// Timers of spec/cm.md §2.4.
 #[derive(Clone, Copy, Debug)]
 pub struct CmConfig {
     /// First retransmission timeout of REQ, REP and DREQ; doubles per retry up to `rto_max_ns`.
@@ -40,7 +40,7 @@ pub struct CmConfig {
     pub timewait_ns: u64,
     /// A REQ for a port nobody listens on is answered (REJ, INVALID_SERVICE_ID) only once
     /// this long has passed since its first copy: a listener that appears meanwhile gets the
-    /// next retransmission (spec/transport.md §13.3).
+    /// next retransmission (spec/cm.md §2.2).
     pub listen_grace_ns: u64,
 }
 
@@ -99,7 +99,7 @@ pub enum CmError {
     PortInUse,
 }
 
-/// Counters (spec/transport.md §13.6).
+/// Counters (spec/cm.md §4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CmCounters {
     pub rx: u64,

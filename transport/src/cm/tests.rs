@@ -320,7 +320,7 @@ fn codec_round_trips_and_bad_input_is_a_counted_drop() {
 
 #[test]
 fn spec_vectors_match_the_codec() {
-    // spec/vectors/cm/*.vec, generated from spec/wire.md §6 by gen_vectors.py.
+    // spec/vectors/cm/*.vec, generated from spec/cm.md §1 by gen_vectors.py.
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../spec/vectors/cm");
     let mut seen = 0;
     for e in std::fs::read_dir(dir).unwrap() {

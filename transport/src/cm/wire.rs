@@ -1,4 +1,4 @@
-//! The connection manager's packets (spec/wire.md §6): REQ, REP, RTU, REJ, DREQ, DREP, each
+//! The connection manager's packets (spec/cm.md §1): REQ, REP, RTU, REJ, DREQ, DREP, each
 //! the native base header, its fixed fields, private data and the CRC-32 trailer.
 
 use crate::wire::{crc32, BASE_LEN, TRAILER_LEN, VERSION};
@@ -157,7 +157,7 @@ impl CmMsg {
         false
     }
 
-    /// Parse a UDP payload; the checks run in spec/wire.md §6.8's order.
+    /// Parse a UDP payload; the checks run in spec/cm.md §1.5 order.
     pub fn parse(b: &[u8]) -> Result<CmMsg, CmWireError> {
         if b.len() < BASE_LEN + TRAILER_LEN {
             return Err(CmWireError::Truncated);
@@ -229,7 +229,7 @@ impl CmMsg {
         Ok(m)
     }
 
-    /// The field ranges of §6.8 (after the CRC).
+    /// The field ranges of spec/cm.md §1.5 (after the CRC).
     fn check(&self) -> Result<(), CmWireError> {
         let op = self.opcode();
         if op == CmOpcode::Req && self.dst_comm != 0 {
