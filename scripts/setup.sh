@@ -67,6 +67,10 @@ ferroce_setup_verbs() {
     # libfabric's fi_info/fi_pingpong and UCX's ucx_info over the shim (verbs_fabric.rs).
     command -v fi_info >/dev/null 2>&1 || missing+=(libfabric-bin)
     command -v ucx_info >/dev/null 2>&1 || missing+=(ucx-utils)
+    # librdmacm.so.1 (rdmacm/) is built against rdma/rdma_cma.h (librdmacm-dev, bindgen); its
+    # tests run rping, ucmatose, rdma_server/rdma_client (rdmacm-utils) over it.
+    [ -f /usr/include/rdma/rdma_cma.h ] || missing+=(librdmacm-dev)
+    command -v rping >/dev/null 2>&1 || missing+=(rdmacm-utils)
     if [ "${#missing[@]}" -gt 0 ]; then
         ferroce_apt_install "${missing[@]}" || return 1
     fi
