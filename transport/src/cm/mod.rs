@@ -137,6 +137,9 @@ struct Exchange {
     last: Option<Vec<u8>>,
     retries: u32,
     deadline: Option<u64>,
+    /// Released by the application while its DREQ is outstanding: the DREQ is still
+    /// retransmitted, but no event is reported.
+    quiet: bool,
 }
 
 /// One host's connection manager.
@@ -243,6 +246,7 @@ impl Cm {
                 last: Some(last),
                 retries: 0,
                 deadline: Some(now + self.cfg.rto_ns),
+                quiet: false,
             },
         );
         Ok(CmId(id))
@@ -316,7 +320,7 @@ impl Cm {
             let e = self.ex.get_mut(&id.0).ok_or(CmError::UnknownId)?;
             e.state = State::Established;
             e.deadline = None;
-            self.events.push_back(CmEvent::Established {
+            self.emit(CmEvent::Established {
                 id,
                 private_data: Vec::new(),
             });
@@ -358,12 +362,18 @@ impl Cm {
         Ok(())
     }
 
-    /// The application is done with `id`: an exchange in progress is abandoned (a REQ
-    /// outstanding is no longer retried; the peer times out), an established one is left
-    /// without a DREQ (call `disconnect` first for that). Duplicates are still answered
-    /// during the time-wait.
+    /// The application is done with `id`: no more events for it. An exchange in progress
+    /// is abandoned (a REQ outstanding is no longer retried; the peer times out), an
+    /// established one is left without a DREQ (call `disconnect` first for that; a DREQ
+    /// outstanding keeps being retransmitted). Duplicates are still answered during the
+    /// time-wait.
     pub fn release(&mut self, now: u64, id: CmId) {
-        if let Some(e) = self.ex.get(&id.0) {
+        if let Some(e) = self.ex.get_mut(&id.0) {
+            if e.state == State::DreqSent {
+                // The peer still learns of the disconnect: the DREQ runs its course.
+                e.quiet = true;
+                return;
+            }
             if e.state != State::TimeWait {
                 let last = match e.state {
                     State::Established | State::DreqSent => None,
@@ -379,6 +389,21 @@ impl Cm {
         self.ex
             .get(&id.0)
             .is_some_and(|e| e.state != State::TimeWait)
+    }
+
+    /// Queue an event unless its exchange was released.
+    fn emit(&mut self, ev: CmEvent) {
+        let id = match &ev {
+            CmEvent::ConnectRequest { id, .. }
+            | CmEvent::ConnectResponse { id, .. }
+            | CmEvent::Established { id, .. }
+            | CmEvent::Rejected { id, .. }
+            | CmEvent::Unreachable { id }
+            | CmEvent::Disconnected { id, .. } => *id,
+        };
+        if !self.ex.get(&id.0).is_some_and(|e| e.quiet) {
+            self.events.push_back(ev);
+        }
     }
 
     fn timewait(&mut self, now: u64, id: u32, last: Option<Vec<u8>>) {
@@ -442,7 +467,7 @@ impl Cm {
                     },
                     _ => CmEvent::Unreachable { id: CmId(id) },
                 };
-                self.events.push_back(ev);
+                self.emit(ev);
                 self.timewait(now, id, None);
                 continue;
             }
@@ -542,7 +567,7 @@ impl Cm {
                 self.unserved.remove(&(src, m.src_comm));
                 let id = self.alloc();
                 self.insert_passive(src, m.src_comm, id, State::ReqRcvd, None);
-                self.events.push_back(CmEvent::ConnectRequest {
+                self.emit(CmEvent::ConnectRequest {
                     id: CmId(id),
                     peer: src,
                     port_space,
@@ -566,7 +591,7 @@ impl Cm {
                         e.last = None;
                         e.deadline = None;
                         self.by_remote.insert((src, m.src_comm), id);
-                        self.events.push_back(CmEvent::ConnectResponse {
+                        self.emit(CmEvent::ConnectResponse {
                             id: CmId(id),
                             qp,
                             private_data: m.private_data,
@@ -589,7 +614,7 @@ impl Cm {
                         e.state = State::Established;
                         e.last = None;
                         e.deadline = None;
-                        self.events.push_back(CmEvent::Established {
+                        self.emit(CmEvent::Established {
                             id: CmId(id),
                             private_data: m.private_data,
                         });
@@ -605,7 +630,7 @@ impl Cm {
                 };
                 match st {
                     State::ReqSent | State::RepSent | State::RepRcvd => {
-                        self.events.push_back(CmEvent::Rejected {
+                        self.emit(CmEvent::Rejected {
                             id: CmId(id),
                             reason,
                             private_data: m.private_data,
@@ -633,7 +658,7 @@ impl Cm {
                 match st {
                     State::Established | State::RepSent | State::RepRcvd | State::DreqSent => {
                         let last = self.send(src, &drep(m.src_comm, id));
-                        self.events.push_back(CmEvent::Disconnected {
+                        self.emit(CmEvent::Disconnected {
                             id: CmId(id),
                             private_data: m.private_data,
                         });
@@ -652,7 +677,7 @@ impl Cm {
                 if st != State::DreqSent {
                     return st == State::TimeWait;
                 }
-                self.events.push_back(CmEvent::Disconnected {
+                self.emit(CmEvent::Disconnected {
                     id: CmId(id),
                     private_data: m.private_data,
                 });
@@ -680,6 +705,7 @@ impl Cm {
                 last,
                 retries: 0,
                 deadline: None,
+                quiet: false,
             },
         );
     }

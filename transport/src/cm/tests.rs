@@ -386,3 +386,32 @@ fn a_listener_that_appears_during_the_grace_gets_the_retransmitted_req() {
     pump(&mut b, B, &mut a, t, &mut never());
     assert!(matches!(events(&mut a)[..], [CmEvent::ConnectResponse { id, .. }] if id == ia));
 }
+
+#[test]
+fn a_released_id_still_gets_its_dreq_through_silently() {
+    let cfg = CmConfig::default();
+    let (mut a, mut b) = (Cm::new(cfg, 1), Cm::new(cfg, 90));
+    b.listen(PS_TCP, 1).unwrap();
+    let ia = a.connect(0, B, PS_TCP, 1, 2, qp(1), b"").unwrap();
+    pump(&mut a, A, &mut b, 0, &mut never());
+    let [CmEvent::ConnectRequest { id: ib, .. }] = events(&mut b)[..] else {
+        panic!()
+    };
+    b.accept(0, ib, rep_qp(2), b"").unwrap();
+    pump(&mut b, B, &mut a, 0, &mut never());
+    events(&mut a);
+    a.establish(ia, b"").unwrap();
+    pump(&mut a, A, &mut b, 0, &mut never());
+    events(&mut b);
+    // rdma_destroy_id of a connected id: DREQ, then release; the first DREQ is lost.
+    a.disconnect(0, ia, b"").unwrap();
+    a.release(0, ia);
+    pump(&mut a, A, &mut b, 0, &mut || true);
+    let t = a.poll_timeout().unwrap();
+    a.handle_timeout(t);
+    pump(&mut a, A, &mut b, t, &mut never());
+    assert!(matches!(events(&mut b)[..], [CmEvent::Disconnected { id, .. }] if id == ib));
+    pump(&mut b, B, &mut a, t, &mut never());
+    assert!(events(&mut a).is_empty(), "a released id reports nothing");
+    assert!(!a.is_live(ia));
+}
