@@ -256,6 +256,10 @@ fn perftest_row(out: &str, bytes: u64) -> Result<Vec<f64>, String> {
         .ok_or_else(|| format!("no result row for {bytes} B with positive figures"))
 }
 
+/// Known to fail about one run in eight with IBV_WC_RETRY_EXC_ERR (the writes stop being
+/// acknowledged) from a bug outside the CM: plain `ib_write_bw -x 1 -q 2` (two RC QPs on one
+/// native connection, no rdma_cm) fails the same way; `-R` always uses two QPs (its
+/// handshake QP and the test QP).
 #[test]
 fn perftest_write_bw_over_rdma_cm() {
     pair_test(

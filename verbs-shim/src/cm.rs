@@ -216,6 +216,21 @@ impl CmTransport {
     fn tick(&self, now: u64) {
         lock(&self.s).now = now;
     }
+
+    /// The CM's next packet, ahead of the endpoint's (there are few, and they are what a
+    /// connection waits for).
+    fn cm_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        let mut s = lock(&self.s);
+        s.now = now;
+        let (dst, len) = s.cm.poll_transmit(buf)?;
+        Some(Transmit {
+            dst,
+            src_port: NATIVE_UDP_PORT,
+            dst_port: NATIVE_UDP_PORT,
+            len,
+            port: 0,
+        })
+    }
 }
 
 impl Transport for CmTransport {
@@ -252,24 +267,46 @@ impl Transport for CmTransport {
         self.inner
             .handle_datagram(now, src, src_port, ce, data, mem)
     }
+    #[allow(clippy::too_many_arguments)]
+    fn handle_datagram_port(
+        &mut self,
+        now: u64,
+        src: Ipv4Addr,
+        src_port: u16,
+        ce: bool,
+        data: &[u8],
+        mem: &mut dyn Memory,
+        nic_port: u8,
+    ) {
+        if ferroce_transport::cm::is_cm_packet(data) {
+            return self.handle_datagram(now, src, src_port, ce, data, mem);
+        }
+        self.inner
+            .handle_datagram_port(now, src, src_port, ce, data, mem, nic_port)
+    }
+    fn poll_transmit_ports(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+        ready: u64,
+    ) -> Option<Transmit> {
+        // CM packets leave on port 0, which must have room.
+        if ready & 1 != 0 {
+            if let Some(t) = self.cm_transmit(now, buf) {
+                return Some(t);
+            }
+        }
+        self.inner.poll_transmit_ports(now, buf, mem, ready)
+    }
     fn poll_transmit(
         &mut self,
         now: u64,
         buf: &mut [u8],
         mem: &mut dyn Memory,
     ) -> Option<Transmit> {
-        {
-            let mut s = lock(&self.s);
-            s.now = now;
-            if let Some((dst, len)) = s.cm.poll_transmit(buf) {
-                return Some(Transmit {
-                    dst,
-                    src_port: NATIVE_UDP_PORT,
-                    dst_port: NATIVE_UDP_PORT,
-                    len,
-                    port: 0,
-                });
-            }
+        if let Some(t) = self.cm_transmit(now, buf) {
+            return Some(t);
         }
         self.inner.poll_transmit(now, buf, mem)
     }
