@@ -14,11 +14,12 @@
 -- BAD_CRC: the drop counters of transport.md §11) with an expert error. Spec violations that
 -- do not make a receiver drop (reserved bits, flags on opcodes that do not define them) are
 -- expert notes. Unknown opcodes are flagged, never a Lua error, so a capture from a newer
--- version still dissects.
+-- version still dissects. The connection manager's packets (opcodes 0x40-0x45, spec/cm.md)
+-- are decoded too, with cm.md §1.5's checks in its order.
 --
 -- tests/tests/dissector.rs runs the test vectors, mutations of them and live captures through
 -- this file and through the Rust codec (transport/src/wire) and requires the two to agree on
--- every field the codec exposes and on every verdict. A change to wire.md (a new opcode, say)
+-- every field the codec exposes and on every verdict (the CM's against transport/src/cm). A change to wire.md (a new opcode, say)
 -- changes this file too: until then such packets are flagged BAD_OPCODE and that test fails.
 
 local NATIVE_PORT = 4792
@@ -90,6 +91,15 @@ local OPS = {
     [0x23] = { name = "CLOSE_ACK", h = 8, payload = false },
     [0x30] = { name = "PROBE", h = 8, payload = false },
     [0x31] = { name = "PROBE_ACK", h = 8, payload = false },
+    -- The connection manager (cm.md §1): `h` is the fixed part, private data follows
+    -- (`cm`: exempt from check 5, judged by cm.md §1.5 in dissect_cm; `pd_at`: pd_len's
+    -- offset, `pd_max`: its limit).
+    [0x40] = { name = "CM_REQ", h = 28, payload = false, cm = true, pd_at = 18, pd_max = 56 },
+    [0x41] = { name = "CM_REP", h = 16, payload = false, cm = true, pd_at = 23, pd_max = 196 },
+    [0x42] = { name = "CM_RTU", h = 8, payload = false, cm = true, pd_at = 12, pd_max = 224 },
+    [0x43] = { name = "CM_REJ", h = 8, payload = false, cm = true, pd_at = 15, pd_max = 148 },
+    [0x44] = { name = "CM_DREQ", h = 8, payload = false, cm = true, pd_at = 12, pd_max = 220 },
+    [0x45] = { name = "CM_DREP", h = 8, payload = false, cm = true, pd_at = 12, pd_max = 224 },
 }
 
 local OPCODE_NAMES = {}
@@ -198,6 +208,24 @@ local f = {
     probe_seq = ProtoField.uint32("ferroce.probe.probe_seq", "Probe sequence", base.DEC),
     probe_ts = ProtoField.uint32("ferroce.probe.ts", "Timestamp", base.DEC),
     probe_hint_request = ProtoField.bool("ferroce.probe.hint_request", "Hint request (BACKLOG)"),
+
+    -- Connection manager (cm.md §1).
+    cm_src_comm = ProtoField.uint32("ferroce.cm.src_comm", "Source comm id", base.HEX),
+    cm_port_space = ProtoField.uint16("ferroce.cm.port_space", "Port space", base.HEX,
+        { [0x0106] = "RDMA_PS_TCP", [0x013F] = "RDMA_PS_IB" }),
+    cm_dst_port = ProtoField.uint16("ferroce.cm.dst_port", "Destination port", base.DEC),
+    cm_src_port = ProtoField.uint16("ferroce.cm.src_port", "Source port", base.DEC),
+    cm_pd_len = ProtoField.uint8("ferroce.cm.pd_len", "Private data length", base.DEC),
+    cm_resp_res = ProtoField.uint8("ferroce.cm.responder_resources", "Responder resources", base.DEC),
+    cm_qpn = ProtoField.uint32("ferroce.cm.qpn", "QPN", base.HEX),
+    cm_start_psn = ProtoField.uint32("ferroce.cm.start_psn", "Start PSN", base.HEX),
+    cm_init_depth = ProtoField.uint8("ferroce.cm.initiator_depth", "Initiator depth", base.DEC),
+    cm_retry = ProtoField.uint8("ferroce.cm.retry_count", "Retry count", base.DEC),
+    cm_rnr_retry = ProtoField.uint8("ferroce.cm.rnr_retry_count", "RNR retry count", base.DEC),
+    cm_dst_addr = ProtoField.ipv4("ferroce.cm.dst_addr", "Destination address"),
+    cm_reason = ProtoField.uint16("ferroce.cm.reason", "Reject reason", base.DEC,
+        { [1] = "timeout", [8] = "invalid service id", [28] = "consumer" }),
+    cm_private = ProtoField.bytes("ferroce.cm.private_data", "Private data"),
 
     -- Trailer (§2.15) and verdict (§3).
     crc = ProtoField.uint32("ferroce.crc", "CRC-32", base.HEX),
@@ -519,6 +547,60 @@ local function dissect_probe(tvb, tree, op, flags, info)
     info[#info + 1] = string.format("probe_seq=%d ts=%d", u32(tvb, 8), u32(tvb, 12))
 end
 
+-- CM packets (cm.md §1): fields, then the §1.5 checks numbered to keep its order against the
+-- CRC's check 6: pd_len and length (5, before the CRC), comm ids and ranges (7, after it).
+local function dissect_cm(tvb, tree, st, op, n, info)
+    local o = OPS[op]
+    local function add(field, at, len) return tree:add(field, tvb(at, len)) end
+    local src = add(f.cm_src_comm, 8, 4)
+    local q_item
+    if op == 0x40 then
+        add(f.cm_port_space, 12, 2)
+        add(f.cm_dst_port, 14, 2)
+        add(f.cm_src_port, 16, 2)
+        add(f.cm_resp_res, 19, 1)
+        q_item = add(f.cm_qpn, 20, 4)
+        add(f.cm_start_psn, 24, 4)
+        add(f.cm_init_depth, 28, 1)
+        add(f.cm_retry, 29, 1)
+        add(f.cm_rnr_retry, 30, 1)
+        add(f.cm_dst_addr, 32, 4)
+    elseif op == 0x41 then
+        q_item = add(f.cm_qpn, 12, 4)
+        add(f.cm_start_psn, 16, 4)
+        add(f.cm_resp_res, 20, 1)
+        add(f.cm_init_depth, 21, 1)
+        add(f.cm_rnr_retry, 22, 1)
+    elseif op == 0x43 then
+        add(f.cm_reason, 12, 2)
+    end
+    local pd_len = tvb(o.pd_at, 1):uint()
+    local l_item = add(f.cm_pd_len, o.pd_at, 1)
+    local fixed = 8 + o.h
+    if pd_len > o.pd_max then
+        st.fail(l_item, 5, "MALFORMED", string.format("pd_len %d over %s's %d", pd_len, o.name, o.pd_max))
+    elseif n ~= fixed + pd_len + 4 then
+        st.fail(l_item, 5, "MALFORMED", string.format("%d bytes, %s with pd_len %d is %d", n, o.name,
+            pd_len, fixed + pd_len + 4))
+    elseif pd_len > 0 then
+        add(f.cm_private, fixed, pd_len)
+    end
+    local dst, sc = u32(tvb, 4), u32(tvb, 8)
+    if op == 0x40 and dst ~= 0 then st.fail(tree, 7, "MALFORMED", "REQ with dst_comm != 0") end
+    if op ~= 0x40 and op ~= 0x43 and dst == 0 then st.fail(tree, 7, "MALFORMED", "dst_comm 0") end
+    if op ~= 0x43 and sc == 0 then st.fail(src, 7, "MALFORMED", "src_comm 0") end
+    if op == 0x40 or op == 0x41 then
+        local qa = op == 0x40 and 20 or 12
+        if u32(tvb, qa) > 0xFFFFFF or u32(tvb, qa + 4) > 0xFFFFFF then
+            st.fail(q_item, 7, "MALFORMED", "QPN or start PSN over 24 bits")
+        end
+        local bad = op == 0x40 and (tvb(29, 1):uint() > 7 or tvb(30, 1):uint() > 7)
+            or op == 0x41 and tvb(22, 1):uint() > 7
+        if bad then st.fail(q_item, 7, "MALFORMED", "retry count over 7") end
+    end
+    info[#info + 1] = string.format("src_comm=0x%08x pd_len=%d", sc, pd_len)
+end
+
 -- Trailer: shown and verified whenever the layout is known; `counts`: check 6 applies (checks
 -- 1-5 passed), else the status is only informative.
 local function dissect_crc(tvb, tree, st, n, counts)
@@ -552,6 +634,8 @@ local function dissect_body(tvb, t, st, op, n, path, flags, info, span)
         dissect_close(tvb, t:add(tvb(8, span), o.name .. " fields"), info)
     elseif op == 0x30 or op == 0x31 then
         dissect_probe(tvb, t:add(tvb(8, span), o.name .. " fields"), op, flags, info)
+    elseif o and o.cm then
+        dissect_cm(tvb, t:add(tvb(8, span), o.name .. " fields"), st, op, n, info)
     else
         t:add(f.undecoded, tvb(8, span))
     end
@@ -614,7 +698,7 @@ function p.dissector(tvb, pinfo, tree)
             pcall(dissect_body, tvb, sub, QUIET, op, n, path, flags, {}, n - 8)
         end
         partial = true
-    elseif not o.payload and not o.blocks and n ~= 8 + o.h + 4 then
+    elseif not o.payload and not o.blocks and not o.cm and n ~= 8 + o.h + 4 then
         st.fail(t, 5, "MALFORMED", string.format("%d bytes, %s is exactly %d", n, o.name, 8 + o.h + 4))
         t:add(f.extra, tvb(8 + o.h, n - 8 - o.h - 4))
         layout_ok = true
