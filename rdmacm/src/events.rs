@@ -18,6 +18,16 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     if ch.is_null() || out.is_null() {
         return fail(libc::EINVAL);
     }
+    if !chan_live(ch as usize) {
+        // A destroyed channel (its memory is gone: only the address is compared). While the
+        // process exits (our atexit handler stops the engine gracefully, ~150 ms), a thread
+        // still looping on it, as rping's event thread does after main destroyed it, waits
+        // for the exit instead of failing the program with EBADF.
+        while EXITING.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+        return fail(libc::EBADF);
+    }
     // SAFETY: a channel of ours (the rdma_event_channel is its first field).
     let c = unsafe { &*(ch as *const ChanPriv) };
     loop {
@@ -37,6 +47,10 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             continue;
         };
         process(&mut e);
+        if let Some(p) = id_of(e.ev.id) {
+            p.outstanding
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         // SAFETY: writable (contract).
         unsafe { *out = Box::into_raw(e) as *mut rdma_cm_event };
         return 0;
@@ -100,7 +114,11 @@ pub unsafe extern "C" fn rdma_ack_cm_event(e: *mut rdma_cm_event) -> c_int {
         return fail(libc::EINVAL);
     }
     // SAFETY: ours (an EvPriv leaked by rdma_get_cm_event).
-    drop(unsafe { Box::from_raw(e as *mut EvPriv) });
+    let e = unsafe { Box::from_raw(e as *mut EvPriv) };
+    if let Some(p) = id_of(e.ev.id) {
+        p.outstanding
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
     0
 }
 

@@ -43,8 +43,24 @@ pub fn ensure_started() -> Result<Ipv4Addr, c_int> {
     g.ctx = ctx as usize;
     g.pd = pd as usize;
     g.local_ip = Some(Ipv4Addr::from(ip));
+    drop(g);
+    // SAFETY: registers a plain extern "C" function; at most once (START is held and
+    // local_ip is set from here on).
+    unsafe { libc::atexit(close_at_exit) };
     dbg_log!("CM started, engine {}", Ipv4Addr::from(ip));
     Ok(Ipv4Addr::from(ip))
+}
+
+/// At exit, close the device the library opened, as a verbs program closes its own: the
+/// shim then stops its engine gracefully (the last ACKs and DREPs leave, a capture is
+/// flushed) unless the application still has a context open.
+extern "C" fn close_at_exit() {
+    EXITING.store(true, std::sync::atomic::Ordering::SeqCst);
+    let ctx = std::mem::take(&mut lock(global()).ctx) as *mut ibv_context;
+    if !ctx.is_null() {
+        // SAFETY: the context open_native_device opened, closed once (taken out above).
+        unsafe { crate::verbs::ibv_close_device(ctx) };
+    }
 }
 
 fn ctx() -> *mut ibv_context {
@@ -123,6 +139,7 @@ fn new_id(
             ep_qp: None,
             own_cqs: false,
         }),
+        outstanding: Default::default(),
     })))
 }
 
@@ -180,6 +197,9 @@ pub unsafe extern "C" fn rdma_create_id(
     g.ids.insert(p as usize, ());
     if !chan.is_null() {
         *g.chans.entry(chan as usize).or_default() += 1;
+    } else {
+        // SAFETY: just created, not shared yet.
+        g.private_chans.insert(unsafe { &*p }.chan as usize);
     }
     // SAFETY: writable (contract).
     unsafe { *id = p as *mut rdma_cm_id };
@@ -221,14 +241,39 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         g.ids.remove(&(id as usize));
         g.by_comm.retain(|_, v| *v != id as usize);
         g.listeners.retain(|_, v| *v != id as usize);
-        if !p.own_chan {
-            if let Some(n) = g.chans.get_mut(&(p.chan as usize)) {
-                *n = n.saturating_sub(1);
+        if p.own_chan {
+            g.private_chans.remove(&(p.chan as usize));
+        } else if let Some(n) = g.chans.get_mut(&(p.chan as usize)) {
+            *n = n.saturating_sub(1);
+        }
+    }
+    // Events handed out are acknowledged first (rdma-core's contract: destroy blocks until
+    // then); those still queued are dropped with the id, and their counts taken from the
+    // channel's eventfd so it does not wake a reader for nothing.
+    while p.outstanding.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let purged = {
+        let mut q = lock(&p.chan().q);
+        let before = q.len();
+        q.retain(|e| e.ev.id != id);
+        before - q.len()
+    };
+    for _ in 0..purged {
+        let mut pfd = libc::pollfd {
+            fd: p.chan().ch.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut n = 0u64;
+        // SAFETY: poll and an 8-byte read on our own eventfd, the read only when readable
+        // (another reader may have taken the count meanwhile: then nothing is read).
+        unsafe {
+            if libc::poll(&mut pfd, 1, 0) == 1 {
+                libc::read(pfd.fd, &mut n as *mut u64 as *mut c_void, 8);
             }
         }
     }
-    // Events of this id still queued are dropped with it.
-    lock(&p.chan().q).retain(|e| e.ev.id != id);
     qp::destroy_own_cqs(p);
     // SAFETY: ours, no longer reachable from any map.
     let b = unsafe { Box::from_raw(id as *mut IdPriv) };
@@ -315,8 +360,14 @@ fn wait(p: &IdPriv) -> Option<Box<EvPriv>> {
     if unsafe { rdma_get_cm_event(p.chan as *mut rdma_event_channel, &mut out) } != 0 {
         return None;
     }
-    // SAFETY: the event we just took, an EvPriv of ours.
-    Some(unsafe { Box::from_raw(out as *mut EvPriv) })
+    // SAFETY: the event we just took, an EvPriv of ours; consumed here, so it is not
+    // outstanding for the application.
+    let e = unsafe { Box::from_raw(out as *mut EvPriv) };
+    if let Some(q) = id_of(e.ev.id) {
+        q.outstanding
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    Some(e)
 }
 
 /// Synchronous ids: wait for the event completing an operation, 0 if it is `ok`.

@@ -117,6 +117,9 @@ pub struct IdPriv {
     pub chan: *mut ChanPriv,
     pub own_chan: bool,
     pub st: Mutex<IdSt>,
+    /// Events of this id handed to the application and not acknowledged yet (rdma_destroy_id
+    /// waits for them, as rdma-core's does).
+    pub outstanding: std::sync::atomic::AtomicU32,
 }
 
 // SAFETY: the raw pointers are to objects this library owns (channels) or verbs objects
@@ -158,12 +161,23 @@ pub struct Inner {
     /// use them.
     pub ids: HashMap<usize, ()>,
     pub chans: HashMap<usize, usize>,
+    /// Synchronous ids' own channels (the application never sees them).
+    pub private_chans: std::collections::HashSet<usize>,
     pub next_port: u16,
     /// The engine's own address once started.
     pub local_ip: Option<Ipv4Addr>,
     /// The native device's context and a default PD (opened once, kept, as rdma-core does).
     pub ctx: usize,
     pub pd: usize,
+}
+
+/// Set when the process exits (the library's atexit handler runs).
+pub static EXITING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `ch` is a live channel of ours (application's or private).
+pub fn chan_live(ch: usize) -> bool {
+    let g = lock(global());
+    g.chans.contains_key(&ch) || g.private_chans.contains(&ch)
 }
 
 pub fn global() -> &'static Mutex<Inner> {
@@ -179,6 +193,7 @@ pub fn global() -> &'static Mutex<Inner> {
             listeners: HashMap::new(),
             ids: HashMap::new(),
             chans: HashMap::new(),
+            private_chans: Default::default(),
             next_port: 32768 + ((std::process::id() ^ t) % 28000) as u16,
             local_ip: None,
             ctx: 0,
@@ -295,7 +310,9 @@ pub unsafe extern "C" fn on_event(ev: *const FfiEvent, _ctx: *mut c_void) {
         g.by_comm.insert(e.id, child as usize);
         // SAFETY: just created.
         let c = unsafe { &*child };
-        if !c.own_chan {
+        if c.own_chan {
+            g.private_chans.insert(c.chan as usize);
+        } else {
             *g.chans.entry(c.chan as usize).or_default() += 1;
         }
         let mut ev = event(child as *mut rdma_cm_id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);

@@ -9,6 +9,7 @@ extern "C" {
     pub fn ibv_free_device_list(list: *mut *mut ibv_device);
     pub fn ibv_get_device_name(d: *mut ibv_device) -> *const c_char;
     pub fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context;
+    pub fn ibv_close_device(ctx: *mut ibv_context) -> c_int;
     pub fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd;
     pub fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel;
     pub fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int;
