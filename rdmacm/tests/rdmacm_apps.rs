@@ -1,11 +1,12 @@
-//! Unmodified rdma_cm programs (rdmacm-utils, perftest `-R`) over ferroce's librdmacm.so.1
+//! Unmodified rdma_cm programs (rping, ucmatose, rdma_server/rdma_client, every perftest
+//! program with `-R`, and tests/c/cm_private.c) over ferroce's librdmacm.so.1
 //! and verbs shim: two processes in two network namespaces joined by a veth pair, each with
 //! its own DPDK engine on `net_af_packet` (engine addresses 198.18.0.11/.12, which the
 //! programs name; ucmatose names the kernel address 198.18.0.2 and reaches the engine
 //! through `FERROCE_CM_MAP`), native mode, without and with 1 % injected loss on every
 //! transmit. Exit statuses and output are checked; every run is bounded in time. Also the
 //! failures a program sees: no listener (REJECTED, 8), nobody there (UNREACHABLE, -110), an
-//! unusable address (ADDR_ERROR).
+//! unusable address (ADDR_ERROR); and an rping run's capture read back with tshark.
 //!
 //! Needs root, rdmacm-utils, perftest and DPDK's af_packet PMD; skips otherwise. Both
 //! libraries must be built: `cargo test --release -p ferroce-verbs -p ferroce-rdmacm --test
