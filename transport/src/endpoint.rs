@@ -671,10 +671,12 @@ mod tests {
     use super::*;
     use crate::mem::{access, Regions};
 
-    /// Two endpoints over a lossy, jittery wire with several paths: every `poll_timeout` of a
-    /// connection whose timer table is up to date compares each row with the paths it
-    /// summarises (the check is compiled into the crate's tests), through sends, ACKs, losses,
-    /// RTOs, tail-loss probes and path probes; and every WRITE still completes.
+    /// Two endpoints over a lossy, jittery, ECN-marking wire with several paths: every
+    /// `poll_timeout` of a connection whose timer table is up to date compares each row with
+    /// the paths it summarises, and every read of the cached connection window compares it
+    /// with a fresh one (both checks are compiled into the crate's tests), through sends,
+    /// ACKs, losses, window cuts, RTOs, tail-loss probes and path probes; and every WRITE
+    /// still completes.
     #[test]
     fn the_timer_table_matches_the_paths_under_loss() {
         for seed in 1..=12u64 {
@@ -698,8 +700,8 @@ mod tests {
                 r = splitmix64(r);
                 r % n
             };
-            // (arrival time, to B?, source port, bytes)
-            let mut wire: Vec<(u64, bool, u16, Vec<u8>)> = Vec::new();
+            // (arrival time, to B?, source port, CE-marked, bytes)
+            let mut wire: Vec<(u64, bool, u16, bool, Vec<u8>)> = Vec::new();
             let mut buf = vec![0u8; 2048];
             let (mut now, mut posted, mut done, mut streams) = (1_000u64, 0u64, 0u64, false);
             while done < 60 && now < 2_000_000_000 {
@@ -743,7 +745,8 @@ mod tests {
                         if rand(100) >= 15 {
                             let spread = if rand(10) == 0 { 40_000 } else { 500 };
                             let at = now + 2_000 + rand(spread);
-                            wire.push((at, to_b, t.src_port, buf[..t.len].to_vec()));
+                            let ce = rand(8) == 0;
+                            wire.push((at, to_b, t.src_port, ce, buf[..t.len].to_vec()));
                         }
                     }
                 }
@@ -761,11 +764,11 @@ mod tests {
                 let mut i = 0;
                 while i < wire.len() {
                     if wire[i].0 <= now {
-                        let (_, to_b, port, d) = wire.swap_remove(i);
+                        let (_, to_b, port, ce, d) = wire.swap_remove(i);
                         if to_b {
-                            b.handle_datagram(now, ia, port, false, &d, &mut mb);
+                            b.handle_datagram(now, ia, port, ce, &d, &mut mb);
                         } else {
-                            a.handle_datagram(now, ib, port, false, &d, &mut ma);
+                            a.handle_datagram(now, ib, port, ce, &d, &mut ma);
                         }
                     } else {
                         i += 1;

@@ -121,6 +121,7 @@ impl Connection {
             now, a.cum_psn, &a.sack, a.ecn_ce, rtt_sample, &self.cfg, &mut out,
         );
         self.min_rtt_all = self.min_rtt_all.min(self.paths[p].min_rtt_ns);
+        self.win_cache.set(None);
         if out.progress {
             self.no_progress_rtos = 0;
         }
