@@ -585,38 +585,13 @@ impl crate::api::Transport for Endpoint {
     fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
         Endpoint::post_recv(self, c, stream, wr)
     }
-    fn handle_datagram(
-        &mut self,
-        now: u64,
-        src: Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn Memory,
-    ) {
-        Endpoint::handle_datagram(self, now, src, src_port, ce, data, mem)
+    fn receive(&mut self, now: u64, d: &RxDatagram<'_>, mem: &mut dyn Memory) {
+        // The native protocol's CRC-32 covers only the UDP payload: the headers are not needed.
+        Endpoint::handle_datagram_port(
+            self, now, d.src, d.src_port, d.ce, d.payload, mem, d.nic_port,
+        )
     }
-    fn poll_transmit(
-        &mut self,
-        now: u64,
-        buf: &mut [u8],
-        mem: &mut dyn Memory,
-    ) -> Option<Transmit> {
-        Endpoint::poll_transmit(self, now, buf, mem)
-    }
-    fn handle_datagram_port(
-        &mut self,
-        now: u64,
-        src: Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn Memory,
-        nic_port: u8,
-    ) {
-        Endpoint::handle_datagram_port(self, now, src, src_port, ce, data, mem, nic_port)
-    }
-    fn poll_transmit_ports(
+    fn transmit(
         &mut self,
         now: u64,
         buf: &mut [u8],
@@ -624,6 +599,9 @@ impl crate::api::Transport for Endpoint {
         ready: u64,
     ) -> Option<Transmit> {
         Endpoint::poll_transmit_ports(self, now, buf, mem, ready)
+    }
+    fn close(&mut self, c: ConnId) -> Result<(), PostError> {
+        Endpoint::close(self, c)
     }
     fn poll_timeout(&self) -> Option<u64> {
         Endpoint::poll_timeout(self)

@@ -31,7 +31,8 @@ use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError, TrySendError};
 use ferroce_dpdk_sys::{rdtsc, Mbuf, Mempool, Port};
 use ferroce_transport::mem::{AtomicOp, MemError, Memory, Regions};
 use ferroce_transport::{
-    Completion, ConnId, ConnState, Endpoint, Event, PostError, RecvWr, SendWr, Transport,
+    Completion, ConnId, ConnState, Endpoint, Event, PostError, RecvWr, RxDatagram, SendWr,
+    Transport,
 };
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
@@ -496,11 +497,7 @@ impl Engine {
                 }
             }
             Command::Close { conn } => {
-                let r = match self.transport.as_any_mut().downcast_mut::<Endpoint>() {
-                    Some(ep) => ep.close(conn),
-                    None => Ok(()),
-                };
-                if let Err(e) = r {
+                if let Err(e) = self.transport.close(conn) {
                     self.outputs.push_back(refused("close", 0, e));
                 }
             }
@@ -605,13 +602,13 @@ impl Engine {
                 // The real IPv4 and UDP headers go along: RoCEv2's ICRC covers them.
                 let udp_start = u.payload.0 - 8;
                 let ip_start = if f[12..14] == [0x81, 0x00] { 18 } else { 14 };
-                self.transport.handle_datagram_ip(
-                    now,
+                if let Some(d) = RxDatagram::from_headers(
                     &f[ip_start..udp_start],
                     &f[udp_start..u.payload.0],
                     &f[u.payload.0..u.payload.1],
-                    mem,
-                );
+                ) {
+                    self.transport.receive(now, &d, mem);
+                }
                 // Accepts must create their streams before the next datagram.
                 self.collect(true);
             }
@@ -638,10 +635,11 @@ impl Engine {
                 }
             };
             let room = mb.room_mut();
-            let Some(t) = self.transport.poll_transmit(
+            let Some(t) = self.transport.transmit(
                 now,
                 &mut room[net::HDRS_LEN..net::HDRS_LEN + max_len],
                 mem,
+                u64::MAX,
             ) else {
                 self.spare = Some(mb);
                 break;
