@@ -35,7 +35,8 @@ use ferroce_transport::{
     Transport,
 };
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -257,7 +258,7 @@ impl Engine {
             mac,
             neighbors: p.neighbors.iter().copied().collect(),
             arp_queue: VecDeque::new(),
-            arp_last_req: HashMap::new(),
+            arp_last_req: HashMap::default(),
             counters: PortCounters::default(),
             ip_id: (p.seed as u16).wrapping_mul(7919),
             clock: Clock::new(tsc_hz),
