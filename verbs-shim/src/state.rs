@@ -178,6 +178,8 @@ pub struct EngineCtl {
     pub mode: Mode,
     pub ip: Ipv4Addr,
     pub mtu: u32,
+    /// Joins the engine's lcore or thread; held, never called: the engine runs until the
+    /// process ends (see [`last_context_closed`]).
     pub job: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
@@ -350,15 +352,14 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     })
 }
 
-/// Stop the engine (last context closed): drain its transmit queue and join its lcore.
-pub fn stop_engine() {
-    if let Some(e) = engine_if_running() {
-        // Let the last ACKs out before stopping.
+/// The last context closed: give the engine a moment to send the last ACKs (an application
+/// usually exits right after), but keep it running. EAL initialises once per process and the
+/// engine lives in a `OnceLock`, so a stopped engine could never come back: a process that
+/// opens a device again (rdma-core's tests open and close contexts in every test) would post
+/// work to an engine that no longer runs, and wait forever. The engine ends with the process.
+pub fn last_context_closed() {
+    if engine_if_running().is_some() {
         std::thread::sleep(std::time::Duration::from_millis(150));
-        e.h.stop();
-        if let Some(j) = lock(&e.job).take() {
-            j();
-        }
     }
 }
 

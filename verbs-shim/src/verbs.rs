@@ -224,7 +224,7 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
         libc::close(ctx.vctx.context.async_fd);
     }
     if global().open_contexts.fetch_sub(1, Ordering::SeqCst) == 1 {
-        state::stop_engine();
+        state::last_context_closed();
     }
     0
 }
