@@ -327,7 +327,7 @@ fn port_attr(dev: &Dev) -> ibv_port_attr {
         state: IBV_PORT_ACTIVE,
         max_mtu: IBV_MTU_4096,
         active_mtu: IBV_MTU_1024,
-        gid_tbl_len: 2,
+        gid_tbl_len: GID_TBL_LEN as c_int,
         port_cap_flags: IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS,
         max_msg_sz: 1 << 31,
         bad_pkey_cntr: 0,
@@ -385,7 +385,13 @@ pub unsafe extern "C" fn ibv_query_port(
     }
 }
 
-/// GID `index` of the port: 0 = fe80::<EUI-64 of the node GUID>, 1 = ::ffff:<IPv4>.
+/// Slots of the port's GID table. Only 0 and 1 hold a GID; the others are empty, as on a
+/// RoCE NIC whose table has room for more addresses than its netdev has (verbs reports an
+/// empty slot as ENODATA in `ibv_query_gid_ex`, a zero GID in `ibv_query_gid`).
+const GID_TBL_LEN: u32 = 16;
+
+/// GID `index` of the port: 0 = fe80::<EUI-64 of the node GUID>, 1 = ::ffff:<IPv4>; `None`
+/// for an empty slot.
 fn gid(dev: &Dev, index: u32) -> Option<ibv_gid> {
     let mut g = ibv_gid::default();
     match index {
@@ -425,17 +431,14 @@ pub unsafe extern "C" fn ibv_query_gid(
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return -1;
     };
-    if port != 1 || index < 0 || out.is_null() {
+    if port != 1 || !(0..GID_TBL_LEN as c_int).contains(&index) || out.is_null() {
         return -1;
     }
-    match gid(ctx.dev, index as u32) {
-        Some(g) => {
-            // SAFETY: the caller passes a union ibv_gid.
-            unsafe { out.write(g) };
-            0
-        }
-        None => -1,
-    }
+    // rdma-core: an empty slot reads as the zero GID (success).
+    let g = gid(ctx.dev, index as u32).unwrap_or_default();
+    // SAFETY: the caller passes a union ibv_gid.
+    unsafe { out.write(g) };
+    0
 }
 
 fn gid_entry(dev: &Dev, index: u32) -> Option<ibv_gid_entry> {
@@ -461,7 +464,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return libc::EINVAL;
     };
-    if flags != 0 || port != 1 || entry.is_null() {
+    if flags != 0 || port != 1 || entry.is_null() || index >= GID_TBL_LEN {
         return libc::EINVAL;
     }
     match gid_entry(ctx.dev, index) {
@@ -489,24 +492,25 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     if flags != 0 || entries.is_null() || entry_size == 0 {
         return -(libc::EINVAL as isize);
     }
-    let mut n = 0;
-    for i in 0..2u32 {
-        if n >= max {
-            break;
-        }
-        if let Some(e) = gid_entry(ctx.dev, i) {
-            // SAFETY: the caller provides max entries of entry_size bytes each.
-            unsafe {
-                copy_sized(
-                    &e,
-                    (entries as *mut u8).add(n * entry_size) as *mut c_void,
-                    entry_size,
-                )
-            };
-            n += 1;
-        }
+    let valid: Vec<ibv_gid_entry> = (0..GID_TBL_LEN)
+        .filter_map(|i| gid_entry(ctx.dev, i))
+        .collect();
+    // The kernel's rule (rdma_query_gid_table): a buffer with fewer entries than the table
+    // has valid GIDs is EINVAL, not a truncated answer.
+    if max < valid.len() {
+        return -(libc::EINVAL as isize);
     }
-    n as isize
+    for (n, e) in valid.iter().enumerate() {
+        // SAFETY: the caller provides max (>= valid.len()) entries of entry_size bytes each.
+        unsafe {
+            copy_sized(
+                e,
+                (entries as *mut u8).add(n * entry_size) as *mut c_void,
+                entry_size,
+            )
+        };
+    }
+    valid.len() as isize
 }
 
 /// rdma-core's private `ibv_query_gid_type` (sysfs types: 0 = IB/RoCE v1, 1 = RoCE v2).
@@ -518,11 +522,16 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     ty: *mut c_uint,
 ) -> c_int {
     // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
-    if unsafe { ctx_of(c) }.is_none() || port != 1 || index > 1 || ty.is_null() {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return -1;
+    };
+    if port != 1 || index >= GID_TBL_LEN || ty.is_null() {
         return -1;
     }
+    // rdma-core: an empty slot reads as type 0 (IB / RoCE v1), success.
+    let t = c_uint::from(gid(ctx.dev, index).is_some());
     // SAFETY: the caller passes an enum (int-sized) slot.
-    unsafe { *ty = 1 };
+    unsafe { *ty = t };
     0
 }
 
