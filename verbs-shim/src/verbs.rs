@@ -248,7 +248,7 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.max_sge = 16;
     a.max_sge_rd = 16;
     a.max_cq = 1 << 16;
-    a.max_cqe = (1 << 20) - 1;
+    a.max_cqe = MAX_CQE;
     a.max_mr = 1 << 20;
     a.max_pd = 1 << 16;
     a.max_qp_rd_atom = 16;
@@ -729,6 +729,9 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
     0
 }
 
+/// Largest CQ (`max_cqe`).
+const MAX_CQE: c_int = (1 << 20) - 1;
+
 #[repr(C)]
 pub struct Cq {
     pub cq: ibv_cq,
@@ -748,11 +751,20 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _vector: c_int,
+    vector: c_int,
 ) -> *mut ibv_cq {
     // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
-    if unsafe { ctx_of(c) }.is_none() || !(1..(1 << 20)).contains(&cqe) {
-        return fail(libc::EINVAL, "ibv_create_cq");
+    if unsafe { ctx_of(c) }.is_none() || !(1..=MAX_CQE).contains(&cqe) {
+        return fail(libc::EINVAL, "ibv_create_cq: cqe outside 1..=max_cqe");
+    }
+    // SAFETY: as above (a live context of ours).
+    let vectors = unsafe { (*c).num_comp_vectors };
+    if !(0..vectors).contains(&vector) {
+        // ibv_create_cq(3): comp_vector must be in [0, num_comp_vectors).
+        return fail(
+            libc::EINVAL,
+            "ibv_create_cq: completion vector outside [0, num_comp_vectors)",
+        );
     }
     let ch = if channel.is_null() {
         None
@@ -807,11 +819,26 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 
 #[export_name = "ferroce_v_ibv_resize_cq"]
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    if cq.is_null() || cqe < 1 {
+    // SAFETY: `cq` is a CQ this library returned from ibv_create_cq (the verbs contract); cq_of checks null.
+    let Some(c) = (unsafe { cq_of(cq) }) else {
+        return libc::EINVAL;
+    };
+    if !(1..=MAX_CQE).contains(&cqe) {
         return libc::EINVAL;
     }
-    // SAFETY: a live CQ.
+    // ibv_resize_cq(3): the new size must hold the completions still in the CQ. The queue's
+    // lock keeps the engine from adding one between the check and the new size.
+    let q = lock(&c.st.q);
+    if q.len() > cqe as usize {
+        dbg_log!(
+            "ibv_resize_cq: {} unpolled completions, asked for {cqe}",
+            q.len()
+        );
+        return libc::EINVAL;
+    }
+    // SAFETY: a live CQ; the application reads cqe after the call returns.
     unsafe { (*cq).cqe = cqe };
+    drop(q);
     0
 }
 
