@@ -243,7 +243,7 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.vendor_part_id = VENDOR_PART_ID;
     a.hw_ver = 1;
     a.max_qp = 1 << 16;
-    a.max_qp_wr = 1 << 14;
+    a.max_qp_wr = MAX_QP_WR as c_int;
     a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
     a.max_sge = 16;
     a.max_sge_rd = 16;
@@ -977,6 +977,8 @@ unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> Option<&'a Qp> {
 }
 
 const MAX_INLINE: u32 = 4096;
+/// Deepest send or receive queue (`max_qp_wr`).
+const MAX_QP_WR: u32 = 1 << 14;
 
 unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     if pd.is_null() {
@@ -1003,6 +1005,14 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     };
     if a.cap.max_inline_data > MAX_INLINE || a.cap.max_send_sge > 16 || a.cap.max_recv_sge > 16 {
         return fail(libc::EINVAL, "ibv_create_qp: capabilities");
+    }
+    // ibv_create_qp(3): a queue deeper than the device's max_qp_wr is EINVAL (the receive
+    // queue's depth does not matter with an SRQ: receives come from it).
+    if a.cap.max_send_wr > MAX_QP_WR || (a.srq.is_null() && a.cap.max_recv_wr > MAX_QP_WR) {
+        return fail(
+            libc::EINVAL,
+            "ibv_create_qp: max_send_wr or max_recv_wr above max_qp_wr",
+        );
     }
     // The engine starts with the first QP (its configuration errors are reported here).
     if let Err(e) = engine(ctx.dev.mode) {
@@ -1269,8 +1279,8 @@ pub unsafe extern "C" fn ibv_query_qp(
     };
     let inner = lock(&q.st.inner);
     let cap = ibv_qp_cap {
-        max_send_wr: 1 << 14,
-        max_recv_wr: 1 << 14,
+        max_send_wr: MAX_QP_WR,
+        max_recv_wr: MAX_QP_WR,
         max_send_sge: 16,
         max_recv_sge: 16,
         max_inline_data: q.st.max_inline,
