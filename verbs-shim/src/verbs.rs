@@ -1094,8 +1094,18 @@ unsafe extern "C" fn vctx_create_qp_ex(
     }
     // SAFETY: the caller's extended attributes.
     let a = unsafe { &mut *a };
-    if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 || a.pd.is_null() {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp_ex: only PD in comp_mask");
+    // CREATE_FLAGS with no flag set asks for nothing; any flag (scatter FCS, source QPN, …)
+    // and every other extension (XRCD, send_ops_flags: ibv_qp_ex) is a feature this device
+    // lacks.
+    let create_flags = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0;
+    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 || create_flags {
+        return fail(
+            libc::EOPNOTSUPP,
+            "ibv_create_qp_ex: only PD and empty create_flags in comp_mask",
+        );
+    }
+    if a.pd.is_null() || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return fail(libc::EINVAL, "ibv_create_qp_ex: no PD");
     }
     let mut b = ibv_qp_init_attr {
         qp_context: a.qp_context,
