@@ -1303,6 +1303,9 @@ pub unsafe extern "C" fn ibv_query_qp(
         a.rq_psn = inner.rq_psn;
         a.sq_psn = inner.sq_psn;
         a.dest_qp_num = inner.remote_qpn;
+        if let Some(ud) = &q.st.ud {
+            a.qkey = ud.qkey.load(Ordering::Relaxed);
+        }
         a.qp_access_flags =
             IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
         a.cap = cap;
