@@ -1760,6 +1760,15 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     if pd.is_null() || attr.is_null() {
         return fail(libc::EINVAL, "ibv_create_ah");
     }
+    // Both ports are Ethernet (RoCE): an address is a GID, so an AH without a global route
+    // names no destination (rdma-core's providers refuse it with EINVAL).
+    // SAFETY: `attr` is the application's ibv_ah_attr (checked non-null above).
+    if unsafe { (*attr).is_global } == 0 {
+        return fail(
+            libc::EINVAL,
+            "ibv_create_ah: a RoCE port needs a GRH (is_global = 1)",
+        );
+    }
     // SAFETY: live PD and the caller's attributes.
     let ah = Box::new(Ah {
         ah: ibv_ah {
