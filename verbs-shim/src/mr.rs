@@ -187,6 +187,40 @@ impl MrTable {
         }
     }
 
+    /// `ibv_rereg_mr` of application region `key`, keeping its key: any of a new protection
+    /// domain, a new range (`ptr`, `len`; work requests then name `ptr`, as after
+    /// `ibv_reg_mr`) and new access rights. All or nothing: `false` (and no change) when `key`
+    /// is not an application region or the new range overflows.
+    pub fn reregister(
+        &mut self,
+        key: u32,
+        pd: Option<u32>,
+        range: Option<(u64, u64)>,
+        access: Option<u32>,
+    ) -> bool {
+        let Some(r) = self.regions.get_mut(&key) else {
+            return false;
+        };
+        if !matches!(r.backing, Backing::App) {
+            return false;
+        }
+        if let Some((ptr, len)) = range {
+            if ptr.checked_add(len).is_none() {
+                return false;
+            }
+            r.ptr = ptr;
+            r.addr = ptr;
+            r.len = len;
+        }
+        if let Some(pd) = pd {
+            r.pd = pd;
+        }
+        if let Some(a) = access {
+            r.access = a;
+        }
+        true
+    }
+
     pub fn deregister(&mut self, key: u32) -> bool {
         self.regions.remove(&key).is_some()
     }
@@ -380,6 +414,43 @@ impl Memory for ShimMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reregister_changes_domain_range_and_rights_in_place() {
+        let mut a = vec![0u8; 32];
+        let mut b = vec![0u8; 16];
+        let (pa, pb) = (a.as_mut_ptr() as u64, b.as_mut_ptr() as u64);
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(3)));
+        let k = t
+            .write()
+            .unwrap()
+            .register_app(1, pa, 32, access::LOCAL_WRITE | access::REMOTE_WRITE)
+            .unwrap();
+        let mut m = ShimMemory(t.clone());
+        // New domain: the old one is refused, the new one accepted.
+        assert!(t.write().unwrap().reregister(k, Some(2), None, None));
+        assert_eq!(m.write_remote(1, k, pa, &[1]), Err(MemError::WrongDomain));
+        m.write_remote(2, k, pa, &[1]).unwrap();
+        // New range: the old addresses are outside, the new buffer is written.
+        assert!(t.write().unwrap().reregister(k, None, Some((pb, 16)), None));
+        assert_eq!(m.write_remote(2, k, pa, &[1]), Err(MemError::OutOfBounds));
+        m.write_remote(2, k, pb + 15, &[9]).unwrap();
+        // New rights: remote write withdrawn.
+        assert!(t
+            .write()
+            .unwrap()
+            .reregister(k, None, None, Some(access::LOCAL_WRITE)));
+        assert_eq!(m.write_remote(2, k, pb, &[1]), Err(MemError::AccessDenied));
+        // Unknown key, overflowing range, shim-owned buffer: refused, nothing changed.
+        let mut w = t.write().unwrap();
+        assert!(!w.reregister(k ^ 0x55, Some(1), None, None));
+        assert!(!w.reregister(k, Some(7), Some((u64::MAX, 2)), None));
+        let owned = w.register_owned(1, 0x1000, vec![0; 8]);
+        assert!(!w.reregister(owned, Some(2), None, None));
+        drop(w);
+        assert_eq!(m.write_remote(7, k, pb, &[1]), Err(MemError::WrongDomain));
+        assert_eq!((a[0], b[15]), (1, 9));
+    }
 
     #[test]
     fn bounds_keys_rights_and_domains() {

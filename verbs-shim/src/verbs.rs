@@ -2041,16 +2041,80 @@ pub extern "C" fn ibv_resolve_eth_l2_from_gid(
     -1
 }
 
+/// `ibv_rereg_mr(3)`: change an MR's translation (new buffer), protection domain and/or
+/// access rights in place; the keys stay. Errors are rdma-core's: `IBV_REREG_MR_ERR_INPUT`
+/// with errno EINVAL for bad input (the MR is unchanged and still usable),
+/// `IBV_REREG_MR_ERR_CMD` with errno EINVAL for an MR this library does not know.
 #[export_name = "ferroce_v_ibv_rereg_mr"]
-pub extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _len: usize,
-    _access: c_int,
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    let input = |what: &str| {
+        dbg_log!("ibv_rereg_mr: {what}");
+        set_errno(libc::EINVAL);
+        IBV_REREG_MR_ERR_INPUT
+    };
+    let flags = flags as c_uint;
+    if mr.is_null() {
+        return input("no MR");
+    }
+    if flags == 0 || flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
+        return input("flags must be a non-empty set of CHANGE_TRANSLATION|PD|ACCESS");
+    }
+    let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+    if translation && (addr.is_null() || len == 0) {
+        return input("CHANGE_TRANSLATION needs an address and a length");
+    }
+    if flags & IBV_REREG_MR_CHANGE_PD != 0 && pd.is_null() {
+        return input("CHANGE_PD needs a PD");
+    }
+    let access = access as c_uint & 0xf;
+    if flags & IBV_REREG_MR_CHANGE_ACCESS != 0
+        && access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
+        && access & IBV_ACCESS_LOCAL_WRITE == 0
+    {
+        return input("remote write/atomic without local write");
+    }
+    // SAFETY: `mr` is an MR this library returned from ibv_reg_mr (the verbs contract), and
+    // a PD named with CHANGE_PD is one of ours.
+    let (key, new_pd) = unsafe {
+        (
+            (*mr).lkey,
+            (flags & IBV_REREG_MR_CHANGE_PD != 0).then(|| (*pd).handle),
+        )
+    };
+    let ok = global()
+        .mrs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .reregister(
+            key,
+            new_pd,
+            translation.then_some((addr as u64, len as u64)),
+            (flags & IBV_REREG_MR_CHANGE_ACCESS != 0).then_some(access),
+        );
+    if !ok {
+        // Not a registered application range (or a range that wraps the address space).
+        set_errno(libc::EINVAL);
+        return IBV_REREG_MR_ERR_CMD;
+    }
+    // SAFETY: as above; the application's ibv_mr mirrors the new registration (libibverbs
+    // updates these fields itself after a provider's rereg succeeds).
+    unsafe {
+        if new_pd.is_some() {
+            (*mr).pd = pd;
+        }
+        if translation {
+            (*mr).addr = addr;
+            (*mr).length = len;
+        }
+    }
+    0
 }
 
 #[export_name = "ferroce_v_ibv_reg_dmabuf_mr"]
