@@ -123,6 +123,8 @@ pub struct QpInner {
 /// A QP's shared part.
 pub struct QpShared {
     pub qpn: u32,
+    /// The PD the transport knows the stream by: the QP's own domain in the MR table (its
+    /// PD and qp_access_flags, see `mr.rs`), 0 for the shim's UD streams.
     pub pd: u32,
     pub sq_sig_all: bool,
     pub send_cq: Arc<CqState>,

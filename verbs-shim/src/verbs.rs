@@ -1020,9 +1020,15 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         return fail(libc::ENODEV, "");
     }
     let qpn = state::new_qpn();
+    // No remote access until ibv_modify_qp grants it (qp_access_flags starts at 0).
+    let domain = global()
+        .mrs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .new_domain(pdh, 0);
     let st = Arc::new(QpShared {
         qpn,
-        pd: pdh,
+        pd: domain,
         sq_sig_all: a.sq_sig_all != 0,
         send_cq: scq.st.clone(),
         recv_cq: rcq.st.clone(),
@@ -1174,6 +1180,13 @@ pub unsafe extern "C" fn ibv_modify_qp(
         );
         return libc::EINVAL;
     }
+    if mask & IBV_QP_ACCESS_FLAGS != 0 {
+        global()
+            .mrs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_domain_access(st.pd, a.qp_access_flags & 0xf);
+    }
     if let Some(ud) = &st.ud {
         if mask & IBV_QP_QKEY != 0 {
             ud.qkey.store(a.qkey, Ordering::Relaxed);
@@ -1306,8 +1319,11 @@ pub unsafe extern "C" fn ibv_query_qp(
         if let Some(ud) = &q.st.ud {
             a.qkey = ud.qkey.load(Ordering::Relaxed);
         }
-        a.qp_access_flags =
-            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        a.qp_access_flags = global()
+            .mrs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .domain_access(q.st.pd);
         a.cap = cap;
         a.max_rd_atomic = 16;
         a.max_dest_rd_atomic = 16;
@@ -1355,6 +1371,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: a QP from ibv_create_qp, freed once.
     let b = unsafe { Box::from_raw(qp as *mut Qp) };
     b.st.qp_ptr.store(0, Ordering::Relaxed);
+    global()
+        .mrs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .drop_domain(b.st.pd);
     if b.st.ud.is_some() {
         crate::ud::unregister_qp(&b.st);
     }
