@@ -7,8 +7,8 @@
 //!
 //! The test fails on any failure, error or timeout (a hang), and on any skip whose reason
 //! is not one of [`SKIPS`]: each names a feature the shim reports as absent (or, for
-//! dmabuf, the host's missing GPU allocator). Left out: the [`RC_LOOPBACK`] tests over the
-//! native device (and over RoCEv2 without a hairpin), the [`ROCE_KNOWN`] ones over RoCEv2.
+//! dmabuf, the host's missing GPU allocator). Left out: the [`KNOWN`] failures (or, when no
+//! hairpin can be made, every [`RC_LOOPBACK`] test).
 //!
 //! Needs root, DPDK's af_packet PMD, `/usr/bin/python3` with pyverbs (`python3-pyverbs`;
 //! scripts/setup.sh installs it) and the suite at `/work/shared/rdma-core-tests`
@@ -41,11 +41,9 @@ const MODULES: &[&str] = &[
 ];
 
 /// Tests whose traffic is RC between two QPs of this process (UD loopback the shim does
-/// itself, see ud.rs). Over RoCEv2 they run when the veth's far end reflects every frame (a
-/// hairpin: `tc mirred` on its ingress), so the engine's packets to its own address come
-/// back to it as a NIC's loopback would give them. Native mode opens one connection per peer
-/// host, and a connection to itself cannot tell its two ends apart (the peer's requests get
-/// IBV_WC_REM_INV_REQ_ERR): left out there, and over RoCEv2 when no hairpin can be made.
+/// itself, see ud.rs). They run when the veth's far end reflects every frame (a hairpin:
+/// `tc mirred` on its ingress), so the engine's packets to its own address come back to it
+/// as a NIC's loopback would give them; left out when no hairpin can be made.
 const RC_LOOPBACK: &[&str] = &[
     "tests.test_mr.MRTest.test_mr_rereg_access",
     "tests.test_mr.MRTest.test_mr_rereg_access_bad_flow",
@@ -61,9 +59,9 @@ const RC_LOOPBACK: &[&str] = &[
     "tests.test_atomic.AtomicTest.test_atomic_invalid_rkey",
 ];
 
-/// RC-loopback tests that fail over RoCEv2 (with the hairpin) for reasons in the transport
-/// crate, left out with the reason.
-const ROCE_KNOWN: &[(&str, &str)] = &[
+/// RC-loopback tests that fail over both devices (with the hairpin) for reasons in the
+/// transport crate, left out with the reason.
+const KNOWN: &[(&str, &str)] = &[
     (
         "tests.test_mr.MRTest.test_mr_rereg_addr",
         "a receive into memory outside its MR is NAKed as an invalid request \
@@ -253,7 +251,7 @@ fn hairpin(ns: &str, ifname: &str) -> bool {
         ])
     });
     if let Err(e) = &r {
-        eprintln!("NOTE: no hairpin ({e}): the RC-loopback tests are left out over RoCEv2 too");
+        eprintln!("NOTE: no hairpin ({e}): the RC-loopback tests are left out");
     }
     r.is_ok()
 }
@@ -363,7 +361,7 @@ fn rdma_core_tests_over_both_devices() {
     )
     .expect("run_tests.py --list-tests timed out");
     let all: Vec<&str> = list.lines().filter(|l| l.starts_with("tests.")).collect();
-    for l in RC_LOOPBACK.iter().chain(ROCE_KNOWN.iter().map(|(t, _)| t)) {
+    for l in RC_LOOPBACK.iter().chain(KNOWN.iter().map(|(t, _)| t)) {
         assert!(all.contains(l), "{l} is not a test of the suite:\n{list}");
     }
 
@@ -372,8 +370,8 @@ fn rdma_core_tests_over_both_devices() {
     let mut failures = Vec::new();
     for (mode, dev) in &modes {
         // What is left out over this device.
-        let left: Vec<&str> = if *mode == "rocev2" && hairpin {
-            ROCE_KNOWN.iter().map(|(t, _)| *t).collect()
+        let left: Vec<&str> = if hairpin {
+            KNOWN.iter().map(|(t, _)| *t).collect()
         } else {
             RC_LOOPBACK.to_vec()
         };
@@ -447,19 +445,18 @@ fn rdma_core_tests_over_both_devices() {
     }
     drop(pair);
     std::fs::remove_dir_all(&libs).ok();
-    let known: Vec<String> = ROCE_KNOWN
+    let known: Vec<String> = KNOWN
         .iter()
         .map(|(t, why)| format!("  {t}: {why}"))
         .collect();
-    eprintln!(
-        "left out: native: the {} RC-loopback tests; rocev2: {}",
-        RC_LOOPBACK.len(),
-        if hairpin {
-            format!("these (hairpin on):\n{}", known.join("\n"))
-        } else {
-            "the RC-loopback tests (no hairpin)".into()
-        }
-    );
+    if hairpin {
+        eprintln!("left out over both devices:\n{}", known.join("\n"));
+    } else {
+        eprintln!(
+            "left out: the {} RC-loopback tests (no hairpin)",
+            RC_LOOPBACK.len()
+        );
+    }
     eprintln!(
         "| module | device | ok | fail | error | skip | left out | time\n{}\n({:.1} s in all)",
         table.join("\n"),
