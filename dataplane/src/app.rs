@@ -7,8 +7,8 @@ use crate::engine::{EngineHandle, Output};
 use ferroce_transport::mem::{access, Regions};
 use ferroce_transport::*;
 use ferroce_workload::*;
-use serde::Serialize;
 use rustc_hash::FxHashMap as HashMap;
+use serde::Serialize;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 

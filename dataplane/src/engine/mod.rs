@@ -34,8 +34,8 @@ use ferroce_transport::{
     Completion, ConnId, ConnState, Endpoint, Event, PostError, RecvWr, RxDatagram, SendWr,
     Transport,
 };
-use serde_json::{json, Value};
 use rustc_hash::FxHashMap as HashMap;
+use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
