@@ -10,7 +10,7 @@
 //! sends), which are ordinary `Vec<u8>`s.
 
 use ferroce_transport::mem::{access, AtomicOp, MemError, Memory};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -79,7 +79,7 @@ impl MrTable {
     /// stale or foreign key finds nothing).
     pub fn new(seed: u32) -> Self {
         MrTable {
-            regions: HashMap::new(),
+            regions: HashMap::default(),
             next_key: (seed.wrapping_mul(0x9e37_79b9) | 0x100) & 0x7fff_ffff,
             ..Default::default()
         }
