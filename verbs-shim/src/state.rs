@@ -69,6 +69,8 @@ pub struct CqState {
     /// The application's `ibv_cq *` (for `ibv_get_cq_event`).
     pub cq_ptr: AtomicUsize,
     pub dead: AtomicBool,
+    /// The application thread sleeping in an empty poll of this CQ; a completion wakes it.
+    pub waiter: ferroce_dataplane::wake::Waiter,
 }
 
 // SAFETY: ibv_wc holds only integers (its union too); the raw-pointer-free queue is guarded
@@ -87,6 +89,7 @@ impl CqState {
             q.push_back(wc);
             self.n.fetch_add(1, Ordering::Release);
         }
+        self.waiter.wake();
         if self.armed.swap(false, Ordering::AcqRel) {
             if let Some(ch) = &self.channel {
                 ch.signal(self.cq_ptr.load(Ordering::Relaxed));

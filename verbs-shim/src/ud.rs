@@ -85,6 +85,7 @@ fn dead_cq() -> Arc<state::CqState> {
         channel: None,
         cq_ptr: AtomicUsize::new(0),
         dead: AtomicBool::new(true),
+        waiter: Default::default(),
     })
 }
 

@@ -780,6 +780,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         channel: ch,
         cq_ptr: AtomicUsize::new(0),
         dead: AtomicBool::new(false),
+        waiter: Default::default(),
     });
     // SAFETY: all-zero ibv_cq is valid; the mutex/cond are initialised below.
     let mut cq = Box::new(Cq {
@@ -842,11 +843,13 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     0
 }
 
-/// What an empty poll does: on every `FERROCE_POLL_SLEEP_EVERY`-th (default 2) empty poll
-/// sleep `FERROCE_POLL_SLEEP_US` (default 1 µs, 0 = only yield). Applications spin on empty
-/// CQs; with fewer cores than busy threads (application, engine lcore, the kernel's softirq
-/// work for af_packet/veth) spinning starves the packet path and costs milliseconds per
-/// round trip, sleeping briefly costs tens of microseconds.
+/// What an empty poll does: on every `FERROCE_POLL_SLEEP_EVERY`-th (default 2) empty poll,
+/// sleep up to `FERROCE_POLL_SLEEP_US` (default 20 µs, 0 = only yield) on the CQ's waiter,
+/// which the next completion pushed to the CQ ends at once. Applications spin on empty CQs;
+/// with fewer cores than busy threads (application, engine lcore, the kernel's softirq work
+/// for af_packet/veth) spinning starves the packet path, and a plain sleep (which Linux's
+/// default 50 µs timer slack stretched to ~55 µs whatever was asked) added its full length to
+/// every round trip.
 fn every() -> u32 {
     static E: OnceLock<u32> = OnceLock::new();
     *E.get_or_init(|| {
@@ -858,7 +861,7 @@ fn every() -> u32 {
     })
 }
 
-fn idle_backoff() {
+fn idle_backoff(cq: &CqState) {
     use std::cell::Cell;
     static SLEEP_US: OnceLock<u64> = OnceLock::new();
     thread_local!(static EMPTY: Cell<u32> = const { Cell::new(0) });
@@ -866,7 +869,7 @@ fn idle_backoff() {
         std::env::var("FERROCE_POLL_SLEEP_US")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(1)
+            .unwrap_or(20)
     });
     let n = EMPTY.with(|e| {
         let n = e.get().wrapping_add(1);
@@ -874,7 +877,7 @@ fn idle_backoff() {
         n
     });
     if us > 0 && n.is_multiple_of(every()) {
-        std::thread::sleep(std::time::Duration::from_micros(us));
+        cq.waiter.sleep(us, || cq.n.load(Ordering::Acquire) > 0);
     } else {
         std::thread::yield_now();
     }
@@ -891,7 +894,7 @@ unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) ->
     if c.st.n.load(Ordering::Acquire) == 0 {
         // Applications spin on an empty CQ; on a machine with fewer cores than busy threads
         // the engine's lcore must get the CPU to make progress.
-        idle_backoff();
+        idle_backoff(&c.st);
         return 0;
     }
     let mut q = lock(&c.st.q);

@@ -167,6 +167,7 @@ pub struct Engine {
     accept_streams: Vec<(u32, u32, u32)>,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<Value>>,
+    waker: Arc<crate::wake::Waiter>,
     next_publish: u64,
     next_link_check: u64,
     udp_port: u16,
@@ -248,6 +249,7 @@ impl Engine {
         let mem: SharedMem = Arc::new(Mutex::new(Regions::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(Value::Null));
+        let waker = Arc::new(crate::wake::Waiter::new());
         // Probe how much room a fresh mbuf has for the transport's datagram.
         let payload_room = pool
             .alloc()
@@ -272,6 +274,7 @@ impl Engine {
             accept_streams: Vec::new(),
             stop: stop.clone(),
             stats: stats.clone(),
+            waker: waker.clone(),
             next_publish: 0,
             next_link_check: 0,
             udp_port,
@@ -294,6 +297,7 @@ impl Engine {
             mem,
             stop,
             stats,
+            waker,
         };
         (e, h)
     }
@@ -375,7 +379,10 @@ impl Engine {
         }
         if us > 0 {
             self.counters.idle_sleeps += 1;
-            std::thread::sleep(Duration::from_micros(us));
+            // Until the next timer, a packet's chance to arrive (the PMD is polled), or a
+            // command from the application, which wakes the engine at once.
+            let cmds = &self.cmd_rx;
+            self.waker.sleep(us, || !cmds.is_empty());
         } else {
             std::thread::yield_now();
         }
