@@ -54,7 +54,7 @@ ferroce_setup_dpdk() {
 }
 
 # The verbs shim's tests run the unmodified Debian verbs programs against it (ibverbs-utils,
-# perftest, libfabric-bin, ucx-utils) and check its struct layouts and the stub provider
+# perftest, libfabric-bin, ucx-utils, python3-pyverbs for rdma-core's test suite) and check its struct layouts and the stub provider
 # libraries against the system infiniband/*.h (libibverbs-dev; rdma-core provides the provider
 # libraries whose symbols the stubs mirror).
 # Installs only what is missing.
@@ -71,6 +71,9 @@ ferroce_setup_verbs() {
     # tests run rping, ucmatose, rdma_server/rdma_client (rdmacm-utils) over it.
     [ -f /usr/include/rdma/rdma_cma.h ] || missing+=(librdmacm-dev)
     command -v rping >/dev/null 2>&1 || missing+=(rdmacm-utils)
+    # rdma-core's own python test suite over the shim (pyverbs.rs): Debian's pyverbs, for the
+    # system python (/usr/bin/python3; a pyenv python earlier on PATH does not see it).
+    /usr/bin/python3 -c 'import pyverbs.device' >/dev/null 2>&1 || missing+=(python3-pyverbs)
     if [ "${#missing[@]}" -gt 0 ]; then
         ferroce_apt_install "${missing[@]}" || return 1
     fi

@@ -81,26 +81,21 @@ impl Transport for Profiled {
     fn post_recv(&mut self, c: ConnId, s: u32, wr: RecvWr) -> Result<(), PostError> {
         timed(5, || self.0.post_recv(c, s, wr))
     }
-    fn handle_datagram(
-        &mut self,
-        now: u64,
-        src: Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn Memory,
-    ) {
-        timed(0, || {
-            self.0.handle_datagram(now, src, src_port, ce, data, mem)
-        })
+    fn receive(&mut self, now: u64, d: &RxDatagram<'_>, mem: &mut dyn Memory) {
+        // The whole datagram goes through: NIC port and real headers included.
+        timed(0, || self.0.receive(now, d, mem))
     }
-    fn poll_transmit(
+    fn transmit(
         &mut self,
         now: u64,
         buf: &mut [u8],
         mem: &mut dyn Memory,
+        ready: u64,
     ) -> Option<Transmit> {
-        timed(1, || self.0.poll_transmit(now, buf, mem))
+        timed(1, || self.0.transmit(now, buf, mem, ready))
+    }
+    fn close(&mut self, c: ConnId) -> Result<(), PostError> {
+        self.0.close(c)
     }
     fn poll_timeout(&self) -> Option<u64> {
         timed(2, || self.0.poll_timeout())

@@ -7,8 +7,8 @@ use crate::engine::{EngineHandle, Output};
 use ferroce_transport::mem::{access, Regions};
 use ferroce_transport::*;
 use ferroce_workload::*;
+use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
@@ -170,7 +170,7 @@ impl ClientApp {
             next_post: vec![0; n],
             next_done: vec![0; n],
             atomic_val: vec![0; n],
-            expect: HashMap::new(),
+            expect: HashMap::default(),
             latencies_ns: Vec::new(),
             errors: Vec::new(),
             completed: 0,
@@ -645,7 +645,7 @@ impl ServerApp {
         };
         let slots = spec.write_slots();
         for s in 0..spec.streams {
-            let mut last: HashMap<u32, (u32, u32)> = HashMap::new();
+            let mut last: HashMap<u32, (u32, u32)> = HashMap::default();
             for i in 0..spec.messages {
                 let (op, size) = spec.op_at(s, i);
                 if matches!(op, OpKind::Write | OpKind::WriteImm) {

@@ -19,6 +19,22 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Short sleeps for this thread: a timer slack of 1 µs instead of Linux's default 50 µs, so a
+/// polling thread that sleeps a few microseconds to let another run on a shared core wakes
+/// after about that long, not after ~55 µs (what each idle sleep used to add to a verbs
+/// round trip). Once per thread; a refused call leaves the default.
+pub fn short_sleeps() {
+    use std::cell::Cell;
+    thread_local!(static DONE: Cell<bool> = const { Cell::new(false) });
+    if DONE.with(|d| d.replace(true)) {
+        return;
+    }
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument (ns) and touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
 /// Process-wide (allocation calls, bytes asked for) since start, from the program's
 /// allocator.
 pub type AllocCounter = fn() -> Option<(u64, u64)>;

@@ -25,6 +25,7 @@ pub mod io;
 pub mod net;
 pub mod netns;
 pub mod pcap;
+pub mod wake;
 
 pub use cli::{main_bench, main_dataplane};
 pub use config::{run_engine, Config};

@@ -785,25 +785,21 @@ impl NodeHost {
 }
 
 impl Host for NodeHost {
-    fn handle_datagram(&mut self, now: Nanos, _port: usize, d: Datagram) {
+    fn handle_datagram(&mut self, now: Nanos, port: usize, d: Datagram) {
         if d.dst_port != self.ep.udp_port() {
             return;
         }
         let ce = d.ecn == Ecn::Ce;
-        self.ep.handle_datagram_port(
-            now,
-            Ipv4Addr::from(d.src_ip),
-            d.src_port,
-            ce,
-            &d.payload,
-            &mut self.mem,
-            _port.min(255) as u8,
-        );
+        let rx = RxDatagram::new(Ipv4Addr::from(d.src_ip), d.src_port, ce, &d.payload)
+            .on_port(port.min(255) as u8);
+        self.ep.receive(now, &rx, &mut self.mem);
         self.pump(now);
     }
 
     fn poll_transmit(&mut self, now: Nanos) -> Option<Datagram> {
-        let t = self.ep.poll_transmit(now, &mut self.buf, &mut self.mem);
+        let t = self
+            .ep
+            .transmit(now, &mut self.buf, &mut self.mem, u64::MAX);
         self.pump(now);
         let t = t?;
         Some(Datagram {
@@ -817,9 +813,7 @@ impl Host for NodeHost {
     }
 
     fn poll_transmit_ports(&mut self, now: Nanos, ready: u64) -> Option<(Datagram, Option<usize>)> {
-        let t = self
-            .ep
-            .poll_transmit_ports(now, &mut self.buf, &mut self.mem, ready);
+        let t = self.ep.transmit(now, &mut self.buf, &mut self.mem, ready);
         self.pump(now);
         let t = t?;
         let d = Datagram {

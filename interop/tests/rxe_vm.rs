@@ -107,8 +107,8 @@ fn two_rxe_vms_rc_pingpong() {
 /// `FERROCE_INTEROP_PROGRAMS=a,b` runs other programs of the matrix instead.
 ///
 /// It needs the dataplane to hand RoCEv2 datagrams over with their real IPv4/UDP headers
-/// (`Transport::handle_datagram_ip`): rxe sets non-zero IPv4 identifications, which the ICRC
-/// covers (`two_rxe_vms_rc_pingpong` shows it on the wire).
+/// (`RxDatagram::from_headers` through `Transport::receive`): rxe sets non-zero IPv4
+/// identifications, which the ICRC covers (`two_rxe_vms_rc_pingpong` shows it on the wire).
 #[test]
 fn ferroce_vs_rxe_mtu1024() {
     ferroce_vs_rxe(1024);

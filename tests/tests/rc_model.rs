@@ -553,7 +553,11 @@ fn run(case: &Case) -> Result<u64, String> {
         // Transmit.
         for side_a in [true, false] {
             let side = if side_a { &mut a } else { &mut b };
-            while let Some(t) = side.eng.t().poll_transmit(now, &mut buf, &mut side.mem) {
+            while let Some(t) = side
+                .eng
+                .t()
+                .transmit(now, &mut buf, &mut side.mem, u64::MAX)
+            {
                 wire.send(now, side_a, t.src_port, &buf[..t.len]);
             }
         }
@@ -660,9 +664,8 @@ fn run(case: &Case) -> Result<u64, String> {
             } else {
                 (&mut a, IP_B)
             };
-            dst.eng
-                .t()
-                .handle_datagram(now, src_ip, port, false, &bytes, &mut dst.mem);
+            let d = RxDatagram::new(src_ip, port, false, &bytes);
+            dst.eng.t().receive(now, &d, &mut dst.mem);
         }
         for side in [&mut a, &mut b] {
             if side.eng.t().poll_timeout().is_some_and(|x| x <= now) {

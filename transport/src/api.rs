@@ -190,6 +190,9 @@ pub enum PostError {
     InvalidLength,
     /// The connection is closing or failed.
     ConnectionClosed,
+    /// This engine has no such operation (a RoCEv2 engine has no connection to close: its
+    /// queue pairs are destroyed one by one).
+    Unsupported,
 }
 
 impl std::fmt::Display for PostError {
@@ -199,6 +202,61 @@ impl std::fmt::Display for PostError {
 }
 
 impl std::error::Error for PostError {}
+
+/// A received UDP datagram and what the embedder knows about it.
+#[derive(Clone, Copy, Debug)]
+pub struct RxDatagram<'a> {
+    /// IPv4 source address and UDP source port (answers reflect the port).
+    pub src: std::net::Ipv4Addr,
+    pub src_port: u16,
+    /// The IP ECN field was CE.
+    pub ce: bool,
+    /// NIC port (plane) it arrived on; 0 on a single-port host.
+    pub nic_port: u8,
+    /// The IPv4 and UDP headers as received, when the embedder has them (RoCEv2's ICRC
+    /// covers them, with the identification rxe sets); empty otherwise.
+    pub ip_hdr: &'a [u8],
+    pub udp_hdr: &'a [u8],
+    /// The UDP payload.
+    pub payload: &'a [u8],
+}
+
+impl<'a> RxDatagram<'a> {
+    /// A datagram known by its source and ECN mark only (simulator, tests).
+    pub fn new(src: std::net::Ipv4Addr, src_port: u16, ce: bool, payload: &'a [u8]) -> Self {
+        RxDatagram {
+            src,
+            src_port,
+            ce,
+            nic_port: 0,
+            ip_hdr: &[],
+            udp_hdr: &[],
+            payload,
+        }
+    }
+
+    /// A datagram with its real IPv4 (at least 20 bytes) and UDP (8 bytes) headers; the
+    /// source, port and ECN mark are read from them. None if they are too short.
+    pub fn from_headers(ip_hdr: &'a [u8], udp_hdr: &'a [u8], payload: &'a [u8]) -> Option<Self> {
+        if ip_hdr.len() < 20 || udp_hdr.len() < 8 {
+            return None;
+        }
+        Some(RxDatagram {
+            src: std::net::Ipv4Addr::new(ip_hdr[12], ip_hdr[13], ip_hdr[14], ip_hdr[15]),
+            src_port: u16::from_be_bytes([udp_hdr[0], udp_hdr[1]]),
+            ce: ip_hdr[1] & 3 == 3,
+            nic_port: 0,
+            ip_hdr,
+            udp_hdr,
+            payload,
+        })
+    }
+
+    /// The same datagram, arrived on NIC port `nic_port`.
+    pub fn on_port(self, nic_port: u8) -> Self {
+        RxDatagram { nic_port, ..self }
+    }
+}
 
 /// The embedding interface every transport engine of ferroce offers (the native protocol's
 /// [`crate::Endpoint`] and the RoCEv2 RC engine): an embedder — the simulator host, the DPDK
@@ -219,72 +277,21 @@ pub trait Transport {
     ) -> Result<(), PostError>;
     fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError>;
     fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError>;
-    /// A UDP datagram for this engine's port arrived.
-    fn handle_datagram(
-        &mut self,
-        now: u64,
-        src: std::net::Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn crate::mem::Memory,
-    );
-    /// A datagram together with its real IPv4 and UDP headers, for engines whose integrity
-    /// check covers them (RoCEv2's ICRC covers the IPv4 identification, which peers such as
-    /// Linux rxe set). The default reads the source address, source port and ECN from the
-    /// headers and calls `handle_datagram`.
-    fn handle_datagram_ip(
-        &mut self,
-        now: u64,
-        ip_hdr: &[u8],
-        udp_hdr: &[u8],
-        data: &[u8],
-        mem: &mut dyn crate::mem::Memory,
-    ) {
-        if ip_hdr.len() < 20 || udp_hdr.len() < 8 {
-            return;
-        }
-        let src = std::net::Ipv4Addr::new(ip_hdr[12], ip_hdr[13], ip_hdr[14], ip_hdr[15]);
-        let ce = ip_hdr[1] & 3 == 3;
-        let src_port = u16::from_be_bytes([udp_hdr[0], udp_hdr[1]]);
-        self.handle_datagram(now, src, src_port, ce, data, mem)
-    }
-
-    /// As `handle_datagram`, for a datagram that arrived on NIC port (plane) `nic_port`:
-    /// answers on that path go back on the same plane.
-    #[allow(clippy::too_many_arguments)]
-    fn handle_datagram_port(
-        &mut self,
-        now: u64,
-        src: std::net::Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn crate::mem::Memory,
-        nic_port: u8,
-    ) {
-        let _ = nic_port;
-        self.handle_datagram(now, src, src_port, ce, data, mem)
-    }
-    /// The next datagram to send, written into `buf`.
-    fn poll_transmit(
-        &mut self,
-        now: u64,
-        buf: &mut [u8],
-        mem: &mut dyn crate::mem::Memory,
-    ) -> Option<Transmit>;
-    /// Multi-port (multi-plane) hosts: the next datagram for one of the NIC ports whose bit
-    /// is set in `ready` (they have room). Engines without port awareness ignore the mask.
-    fn poll_transmit_ports(
+    /// A UDP datagram for this engine's port arrived, with everything the embedder knows
+    /// about it (one method, so no wrapper can drop a field on the way).
+    fn receive(&mut self, now: u64, d: &RxDatagram<'_>, mem: &mut dyn crate::mem::Memory);
+    /// The next datagram to send, written into `buf`, for one of the NIC ports whose bit is
+    /// set in `ready` (they have room; `u64::MAX` on a single-port host). An engine without
+    /// planes (RoCEv2) sends on port 0 and ignores the mask.
+    fn transmit(
         &mut self,
         now: u64,
         buf: &mut [u8],
         mem: &mut dyn crate::mem::Memory,
         ready: u64,
-    ) -> Option<Transmit> {
-        let _ = ready;
-        self.poll_transmit(now, buf, mem)
-    }
+    ) -> Option<Transmit>;
+    /// Close a connection gracefully (native: CLOSE once its work is done).
+    fn close(&mut self, c: ConnId) -> Result<(), PostError>;
     fn poll_timeout(&self) -> Option<u64>;
     fn handle_timeout(&mut self, now: u64);
     fn poll_completion(&mut self) -> Option<Completion>;

@@ -585,38 +585,13 @@ impl crate::api::Transport for Endpoint {
     fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
         Endpoint::post_recv(self, c, stream, wr)
     }
-    fn handle_datagram(
-        &mut self,
-        now: u64,
-        src: Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn Memory,
-    ) {
-        Endpoint::handle_datagram(self, now, src, src_port, ce, data, mem)
+    fn receive(&mut self, now: u64, d: &RxDatagram<'_>, mem: &mut dyn Memory) {
+        // The native protocol's CRC-32 covers only the UDP payload: the headers are not needed.
+        Endpoint::handle_datagram_port(
+            self, now, d.src, d.src_port, d.ce, d.payload, mem, d.nic_port,
+        )
     }
-    fn poll_transmit(
-        &mut self,
-        now: u64,
-        buf: &mut [u8],
-        mem: &mut dyn Memory,
-    ) -> Option<Transmit> {
-        Endpoint::poll_transmit(self, now, buf, mem)
-    }
-    fn handle_datagram_port(
-        &mut self,
-        now: u64,
-        src: Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn Memory,
-        nic_port: u8,
-    ) {
-        Endpoint::handle_datagram_port(self, now, src, src_port, ce, data, mem, nic_port)
-    }
-    fn poll_transmit_ports(
+    fn transmit(
         &mut self,
         now: u64,
         buf: &mut [u8],
@@ -624,6 +599,9 @@ impl crate::api::Transport for Endpoint {
         ready: u64,
     ) -> Option<Transmit> {
         Endpoint::poll_transmit_ports(self, now, buf, mem, ready)
+    }
+    fn close(&mut self, c: ConnId) -> Result<(), PostError> {
+        Endpoint::close(self, c)
     }
     fn poll_timeout(&self) -> Option<u64> {
         Endpoint::poll_timeout(self)
@@ -671,10 +649,12 @@ mod tests {
     use super::*;
     use crate::mem::{access, Regions};
 
-    /// Two endpoints over a lossy, jittery wire with several paths: every `poll_timeout` of a
-    /// connection whose timer table is up to date compares each row with the paths it
-    /// summarises (the check is compiled into the crate's tests), through sends, ACKs, losses,
-    /// RTOs, tail-loss probes and path probes; and every WRITE still completes.
+    /// Two endpoints over a lossy, jittery, ECN-marking wire with several paths: every
+    /// `poll_timeout` of a connection whose timer table is up to date compares each row with
+    /// the paths it summarises, and every read of the cached connection window compares it
+    /// with a fresh one (both checks are compiled into the crate's tests), through sends,
+    /// ACKs, losses, window cuts, RTOs, tail-loss probes and path probes; and every WRITE
+    /// still completes.
     #[test]
     fn the_timer_table_matches_the_paths_under_loss() {
         for seed in 1..=12u64 {
@@ -698,8 +678,8 @@ mod tests {
                 r = splitmix64(r);
                 r % n
             };
-            // (arrival time, to B?, source port, bytes)
-            let mut wire: Vec<(u64, bool, u16, Vec<u8>)> = Vec::new();
+            // (arrival time, to B?, source port, CE-marked, bytes)
+            let mut wire: Vec<(u64, bool, u16, bool, Vec<u8>)> = Vec::new();
             let mut buf = vec![0u8; 2048];
             let (mut now, mut posted, mut done, mut streams) = (1_000u64, 0u64, 0u64, false);
             while done < 60 && now < 2_000_000_000 {
@@ -743,7 +723,8 @@ mod tests {
                         if rand(100) >= 15 {
                             let spread = if rand(10) == 0 { 40_000 } else { 500 };
                             let at = now + 2_000 + rand(spread);
-                            wire.push((at, to_b, t.src_port, buf[..t.len].to_vec()));
+                            let ce = rand(8) == 0;
+                            wire.push((at, to_b, t.src_port, ce, buf[..t.len].to_vec()));
                         }
                     }
                 }
@@ -761,11 +742,11 @@ mod tests {
                 let mut i = 0;
                 while i < wire.len() {
                     if wire[i].0 <= now {
-                        let (_, to_b, port, d) = wire.swap_remove(i);
+                        let (_, to_b, port, ce, d) = wire.swap_remove(i);
                         if to_b {
-                            b.handle_datagram(now, ia, port, false, &d, &mut mb);
+                            b.handle_datagram(now, ia, port, ce, &d, &mut mb);
                         } else {
-                            a.handle_datagram(now, ib, port, false, &d, &mut ma);
+                            a.handle_datagram(now, ib, port, ce, &d, &mut ma);
                         }
                     } else {
                         i += 1;

@@ -606,6 +606,10 @@ pub struct RxPath {
     pub hint_ack_at: Option<u64>,
     /// NIC port (plane) the latest packet of this path arrived on: answers leave on it.
     pub reply_plane: u8,
+    /// Acknowledged early, as a rider of an ACK_MULTI, and not acknowledged again since: it
+    /// rides the next ACK datagram too (or its delayed-ACK timer sends it), so one lost
+    /// ACK_MULTI does not leave it silent.
+    pub rode: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

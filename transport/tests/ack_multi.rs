@@ -1,12 +1,16 @@
 //! ACK_MULTI (spec/wire.md §2.10.1, transport.md §5.3 and §6.2): a burst sprayed over many
 //! paths is acknowledged by one datagram, the sender completes everything from it, and a
-//! block naming a path the connection does not have is counted and skipped, not fatal.
+//! block naming a path the connection does not have is counted and skipped, not fatal; a path
+//! acknowledged early as a rider is acknowledged once more, so a lost ACK_MULTI does not
+//! silence it.
 
 mod common;
 
 use common::*;
 use ferroce_transport::mem::access;
-use ferroce_transport::wire::{AckBlock, AckMultiWriter, Body, Opcode, Packet};
+use ferroce_transport::wire::{
+    flags, AckBlock, AckMultiWriter, Body, DataOp, DataRepr, MsgHeader, Opcode, Packet, SeqHeader,
+};
 use ferroce_transport::*;
 
 const PATHS: u8 = 16;
@@ -197,4 +201,80 @@ fn a_block_for_an_unknown_path_is_counted_and_the_others_are_processed() {
     assert_eq!((c.wr_id, c.status), (base, Status::Success));
     let after = p.a.connection(p.a_conn).unwrap().counters.rx_bad_path;
     assert_eq!(after, before + 1);
+}
+
+/// A crafted single-chunk-or-more WRITE packet from A's side on `path`.
+fn write_on(p: &mut Pair, path: u8, psn: u32, fl: u8, msg: MsgHeader, rkey: u32) -> Vec<u8> {
+    let pkt = Packet {
+        flags: fl,
+        path,
+        dst_conn: p.to_b,
+        body: Body::Data(DataRepr {
+            seq: SeqHeader {
+                psn,
+                floor: 0,
+                tsval: 1,
+            },
+            msg,
+            op: DataOp::Write {
+                rkey,
+                raddr: DST + msg.offset as u64,
+            },
+            payload: &[7; P as usize],
+        }),
+    };
+    let mut buf = vec![0; 512];
+    let n = pkt.emit(&mut buf).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// The paths B acknowledges in everything it sends now.
+fn acked_paths(p: &mut Pair) -> Vec<u8> {
+    let mut paths = Vec::new();
+    while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+        match Packet::parse(&p.buf[..t.len]).unwrap().body {
+            Body::Ack(_) => paths.push(Packet::parse(&p.buf[..t.len]).unwrap().path),
+            Body::AckMulti(m) => paths.extend(m.blocks().map(|b| b.path)),
+            _ => {}
+        }
+    }
+    paths.sort();
+    paths
+}
+
+#[test]
+fn a_rider_is_acknowledged_again_if_its_ack_multi_is_lost() {
+    let mut p = Pair::with(|c| c.conn.paths = 4);
+    let rkey =
+        p.mb.register(1, DST, 4096, access::LOCAL_WRITE | access::REMOTE_WRITE);
+    // Message 0: three chunks, two of them arrive in order on path 1 (no ACK due yet: fewer
+    // than ack_every, not LAST), then message 1's only chunk on path 2 (LAST: due).
+    let m0 = |off| msg(0, off, 3 * P);
+    for (psn, off) in [(0, 0), (1, P)] {
+        let d = write_on(&mut p, 1, psn, 0, m0(off), rkey);
+        p.b.handle_datagram(p.now, A, 50_000, false, &d, &mut p.mb);
+    }
+    let d = write_on(&mut p, 2, 0, flags::LAST, msg(1, 0, P), rkey);
+    p.b.handle_datagram(p.now, A, 50_000, false, &d, &mut p.mb);
+    // One ACK_MULTI: path 2 (due) and path 1 riding. It is lost.
+    assert_eq!(acked_paths(&mut p), vec![1, 2]);
+    // No new packet on path 1: its packets are acknowledged again when its delayed-ACK
+    // timer fires (without the repeat nothing would: the ride cleared its pending state).
+    let delay = EndpointConfig::default().conn.ack_delay_ns;
+    p.now += delay;
+    if p.b.poll_timeout().is_some_and(|t| t <= p.now) {
+        p.b.handle_timeout(p.now);
+    }
+    assert_eq!(
+        acked_paths(&mut p),
+        vec![1],
+        "the rider was not acknowledged again"
+    );
+    // And only once: nothing is due any more.
+    p.now += 10 * delay;
+    if p.b.poll_timeout().is_some_and(|t| t <= p.now) {
+        p.b.handle_timeout(p.now);
+    }
+    assert!(acked_paths(&mut p).is_empty());
 }

@@ -30,13 +30,15 @@ use std::time::Duration;
 
 pub const USAGE: &str = "\
 usage: ferroce bench verbs [--size B] [--iters N] [--lat-iters N] [--modes native,rocev2]
-                           [--seconds S] [--loss P] [--csv FILE|-] [--lib DIR]
+                           [--pmd af_packet|memif] [--seconds S] [--loss P] [--csv FILE|-]
+                           [--lib DIR]
 
   Runs the unmodified perftest programs ib_write_bw (-s B -n N) and ib_write_lat (-n N)
   over the verbs shim (libibverbs.so.1 from --lib, $FERROCE_VERBS_LIB or next to this
-  program), two processes on the two ends of a veth pair with DPDK net_af_packet, for each
-  mode; then the engine's own goodput (B-byte SENDs, 4 streams x depth 32, about S seconds)
-  and round trip (2-byte SENDs at depth 1) on the same PMD and veth pair.
+  program), two processes joined by the PMD (af_packet: the two ends of a veth pair;
+  memif: one shared-memory interface, server and client), for each mode; then the engine's
+  own goodput (B-byte SENDs, 4 streams x depth 32, about S seconds) and round trip (2-byte
+  SENDs at depth 1) on the same PMD, and a raw DPDK ping-pong of 64-byte frames on it.
   --loss P injects P loss on every transmit of every party. Needs root and perftest.
   CSV columns: metric,mode,size,verbs,engine,unit,ratio,ok";
 
@@ -49,6 +51,38 @@ struct Args {
     loss: f64,
     csv: Option<String>,
     lib: Option<PathBuf>,
+    pmd: Pmd,
+}
+
+/// What joins the two parties.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pmd {
+    /// DPDK net_af_packet on the two ends of a veth pair (through the kernel).
+    AfPacket,
+    /// DPDK net_memif: shared memory between the two processes, no kernel on the data path.
+    Memif,
+}
+
+impl Pmd {
+    fn name(self) -> &'static str {
+        match self {
+            Pmd::AfPacket => "net_af_packet",
+            Pmd::Memif => "net_memif",
+        }
+    }
+
+    /// Device arguments of party `k` (0 client, 1 server) after the vdev's name.
+    fn args(self, k: usize, ifname: &[String; 2], socket: &Path) -> String {
+        match self {
+            Pmd::AfPacket => format!("iface={},framecnt=8192", ifname[k]),
+            // The server end creates the socket; the client connects to it.
+            Pmd::Memif => format!(
+                "role={},socket={},id=0,rsize=11,bsize=2048",
+                if k == 1 { "server" } else { "client" },
+                socket.display()
+            ),
+        }
+    }
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -61,6 +95,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         loss: 0.0,
         csv: None,
         lib: None,
+        pmd: Pmd::AfPacket,
     };
     let mut it = args.iter();
     while let Some(x) = it.next() {
@@ -77,6 +112,13 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--loss" => a.loss = num(val()?, "--loss")?,
             "--csv" => a.csv = Some(val()?),
             "--lib" => a.lib = Some(PathBuf::from(val()?)),
+            "--pmd" => {
+                a.pmd = match val()?.as_str() {
+                    "af_packet" | "net_af_packet" => Pmd::AfPacket,
+                    "memif" | "net_memif" => Pmd::Memif,
+                    p => return Err(format!("--pmd: unknown {p:?} (af_packet, memif)")),
+                }
+            }
             "--modes" => {
                 a.modes = Vec::new();
                 for m in val()?.split(',') {
@@ -149,9 +191,12 @@ fn lib_dir(shim: &Path) -> Result<PathBuf, String> {
 }
 
 /// One perftest run (server on end 1, client on end 0); the client's result row.
+#[allow(clippy::too_many_arguments)]
 fn perftest(
     ns: &str,
     ifname: &[String; 2],
+    pmd: Pmd,
+    socket: &Path,
     libs: &Path,
     prog: &str,
     args: &[String],
@@ -169,7 +214,7 @@ fn perftest(
             .env("FERROCE_IP", format!("198.18.0.{}", 11 + k))
             .env(
                 "FERROCE_PMD",
-                format!("net_af_packet0,iface={},framecnt=8192", ifname[k]),
+                format!("{}0,{}", pmd.name(), pmd.args(k, ifname, socket)),
             )
             .env("FERROCE_LOSS", format!("{loss}"))
             .stdout(Stdio::piped())
@@ -199,6 +244,86 @@ fn perftest(
             String::from_utf8_lossy(&so.stderr)
         )),
     }
+}
+
+/// Wait (up to 5 s) until every port's link is up: a memif client connects asynchronously.
+fn wait_link(ports: &[Port]) -> Result<(), String> {
+    let t0 = std::time::Instant::now();
+    while !ports.iter().all(|p| p.link().up) {
+        if t0.elapsed() > Duration::from_secs(5) {
+            return Err("the ports' links did not come up within 5 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// Raw DPDK ping-pong on one thread: a 64-byte frame from `a` to `b`, sent back by `b`, `n`
+/// times; the median round trip in µs (what the PMD itself costs a verbs round trip).
+fn raw_pingpong(a: &mut Port, b: &mut Port, n: u32) -> Result<f64, String> {
+    let pool = a.pool().clone();
+    let pool_b = b.pool().clone();
+    let (mut txq, mut rxq, mut back) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rtts = Vec::with_capacity(n as usize);
+    for i in 0..n + 100 {
+        let mut m = pool.alloc().ok_or("no mbuf")?;
+        m.room_mut()[..64].fill(0xa5);
+        m.room_mut()[..4].copy_from_slice(&i.to_be_bytes());
+        m.set_len(64);
+        txq.push(m);
+        let t0 = std::time::Instant::now();
+        let deadline = t0 + Duration::from_secs(1);
+        while !txq.is_empty() {
+            a.tx_burst(&mut txq);
+            if std::time::Instant::now() > deadline {
+                return Err(format!("raw ping {i}: the port takes no frame"));
+            }
+        }
+        // b echoes the frame back.
+        loop {
+            if b.rx_burst(&mut rxq, 1) > 0 {
+                // A fresh mbuf of b's own pool, as an engine would send its answer.
+                for r in rxq.drain(..) {
+                    let mut m = pool_b.alloc().ok_or("no mbuf")?;
+                    m.room_mut()[..r.len()].copy_from_slice(r.data());
+                    m.set_len(r.len());
+                    txq.push(m);
+                }
+                while !txq.is_empty() {
+                    b.tx_burst(&mut txq);
+                    // memif: a receiver posts its ring's buffers when it polls, so a polls.
+                    if !txq.is_empty() {
+                        a.rx_burst(&mut back, 1);
+                    }
+                    if std::time::Instant::now() > deadline {
+                        return Err(format!("raw pong {i}: the port takes no frame"));
+                    }
+                }
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("raw ping {i} lost"));
+            }
+        }
+        loop {
+            if !back.is_empty() || a.rx_burst(&mut back, 1) > 0 {
+                let d = back[0].data();
+                if d[..4] != i.to_be_bytes() {
+                    return Err(format!("raw ping {i}: another frame came back"));
+                }
+                back.clear();
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("raw pong {i} lost"));
+            }
+        }
+        if i >= 100 {
+            rtts.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    rtts.sort_by(f64::total_cmp);
+    Ok(rtts[rtts.len() / 2])
 }
 
 fn bw_spec(payload: u32, messages: u32) -> WorkloadSpec {
@@ -281,6 +406,7 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
     let shim = find_shim(a.lib.as_deref())?;
     let libs = lib_dir(&shim)?;
     let veth = VethLoop::create("bv").map_err(|e| format!("veth set-up: {e}"))?;
+    let socket = std::env::temp_dir().join(format!("ferroce-bv-{}.sock", std::process::id()));
     let mut shim_bw = Vec::new();
     let mut shim_lat = Vec::new();
     for (mode, dev) in &a.modes {
@@ -288,9 +414,13 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
             .split_whitespace()
             .map(str::to_string)
             .collect();
+        // A fresh memif socket per run: a server that exited may leave its socket behind.
+        let bw_sock = socket.with_extension(format!("{mode}-bw.sock"));
         let bw = perftest(
             &veth.ns,
             &veth.ifname,
+            a.pmd,
+            &bw_sock,
             &libs,
             "ib_write_bw",
             &bw_args,
@@ -311,9 +441,12 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
             .split_whitespace()
             .map(str::to_string)
             .collect();
+        let lat_sock = socket.with_extension(format!("{mode}-lat.sock"));
         let lat = perftest(
             &veth.ns,
             &veth.ifname,
+            a.pmd,
+            &lat_sock,
             &libs,
             "ib_write_lat",
             &lat_args,
@@ -330,6 +463,8 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
         }
         eprintln!("ib_write_lat {mode:<7} {:?} us round trip", rtt);
         shim_lat.push((mode.to_string(), rtt));
+        std::fs::remove_file(&bw_sock).ok();
+        std::fs::remove_file(&lat_sock).ok();
     }
 
     // The engine's own runs, in this process, on the same veth ends.
@@ -358,22 +493,30 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
     let mut ports = || -> Result<(Port, Port), String> {
         k += 1;
         let mut v = Vec::new();
-        for (i, ifn) in veth.ifname.iter().enumerate() {
+        // memif: the server (port b) first, so the client finds its socket.
+        let sock = socket.with_extension(format!("{k}.sock"));
+        let order: [usize; 2] = if a.pmd == Pmd::Memif { [1, 0] } else { [0, 1] };
+        let mut got: Vec<(usize, Port)> = Vec::new();
+        for i in order {
             let id = eal
                 .vdev(
-                    &format!("net_af_packet{k}{i}"),
-                    &format!("iface={ifn},framecnt=8192"),
+                    &format!("{}{k}{i}", a.pmd.name()),
+                    &a.pmd.args(i, &veth.ifname, &sock),
                 )
                 .map_err(|e| e.to_string())?;
             let pool = Mempool::new(&eal, &format!("fbv{k}_{i}"), 16383, 256, data_room(1500))
                 .map_err(|e| e.to_string())?;
-            v.push(
+            got.push((
+                i,
                 Port::start(&eal, id, &pool, &PortConfig::default()).map_err(|e| e.to_string())?,
-            );
+            ));
         }
+        got.sort_by_key(|(i, _)| *i);
+        v.extend(got.into_iter().map(|(_, p)| p));
+        wait_link(&v)?;
         let b = v.pop().expect("two ports");
-        let a = v.pop().expect("two ports");
-        Ok((a, b))
+        let pa = v.pop().expect("two ports");
+        Ok((pa, b))
     };
     let line_rate: u32 = std::env::var("FERROCE_BENCH_LINE_RATE")
         .ok()
@@ -422,6 +565,13 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
         "engine: SEND goodput {:.3} Gbit/s, round trip p50 {:.1} us",
         gb.goodput_gbps, lt.latency_p50_us
     );
+    let (mut pa, mut pb) = ports()?;
+    let raw = raw_pingpong(&mut pa, &mut pb, a.lat_iters.min(20_000));
+    drop((pa, pb));
+    match &raw {
+        Ok(r) => eprintln!("raw DPDK ping-pong ({}): p50 {r:.1} us", a.pmd.name()),
+        Err(e) => eprintln!("raw DPDK ping-pong: {e}"),
+    }
 
     let mut rows = Vec::new();
     for (mode, g) in shim_bw {
@@ -438,17 +588,36 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
     for (mode, r) in shim_lat {
         rows.push(Row {
             metric: "write_lat_rtt",
-            mode,
+            mode: mode.clone(),
             size: 2,
             verbs: r.unwrap_or(0.0),
             engine: lt.latency_p50_us,
             unit: "us",
             ok: r.is_some() && lt.ok,
         });
+        // The same verbs round trip against the PMD's own (a raw frame there and back).
+        rows.push(Row {
+            metric: "lat_vs_raw_rtt",
+            mode,
+            size: 2,
+            verbs: r.unwrap_or(0.0),
+            engine: *raw.as_ref().unwrap_or(&0.0),
+            unit: "us",
+            ok: r.is_some() && raw.is_ok(),
+        });
     }
     println!(
-        "{:<14} {:<7} {:>7} {:>12} {:>12} {:<7} {:>7} {:>4}   (loss {})",
-        "metric", "mode", "size", "verbs shim", "engine", "unit", "ratio", "ok", a.loss
+        "{:<14} {:<7} {:>7} {:>12} {:>12} {:<7} {:>7} {:>4}   (loss {}, {})",
+        "metric",
+        "mode",
+        "size",
+        "verbs shim",
+        "engine/raw",
+        "unit",
+        "ratio",
+        "ok",
+        a.loss,
+        a.pmd.name()
     );
     let mut csv = String::from("metric,mode,size,verbs,engine,unit,ratio,ok\n");
     for r in &rows {
@@ -482,6 +651,10 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
     }
     drop(eal);
     drop(veth);
+    for k in 0..=3 {
+        std::fs::remove_file(socket.with_extension(format!("{k}.sock"))).ok();
+    }
+    std::fs::remove_file(&socket).ok();
     std::fs::remove_dir_all(&libs).ok();
     Ok(rows)
 }

@@ -17,7 +17,8 @@ use ferroce_transport::cm::{Cm, CmConfig, CmEvent, CmId, QpInfo};
 use ferroce_transport::mem::Memory;
 use ferroce_transport::wire::NATIVE_UDP_PORT;
 use ferroce_transport::{
-    Completion, ConnId, Event, PostError, RecvWr, SendWr, Transmit, Transport, TransportTotals,
+    Completion, ConnId, Event, PostError, RecvWr, RxDatagram, SendWr, Transmit, Transport,
+    TransportTotals,
 };
 use std::ffi::{c_int, c_void};
 use std::net::Ipv4Addr;
@@ -246,45 +247,19 @@ impl Transport for CmTransport {
     fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
         self.inner.post_recv(c, stream, wr)
     }
-    fn handle_datagram(
-        &mut self,
-        now: u64,
-        src: Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn Memory,
-    ) {
-        if ferroce_transport::cm::is_cm_packet(data) {
+    fn receive(&mut self, now: u64, d: &RxDatagram<'_>, mem: &mut dyn Memory) {
+        if ferroce_transport::cm::is_cm_packet(d.payload) {
             {
                 let mut s = lock(&self.s);
                 s.now = now;
-                s.cm.handle(now, src, data);
+                s.cm.handle(now, d.src, d.payload);
             }
             deliver();
             return;
         }
-        self.inner
-            .handle_datagram(now, src, src_port, ce, data, mem)
+        self.inner.receive(now, d, mem)
     }
-    #[allow(clippy::too_many_arguments)]
-    fn handle_datagram_port(
-        &mut self,
-        now: u64,
-        src: Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn Memory,
-        nic_port: u8,
-    ) {
-        if ferroce_transport::cm::is_cm_packet(data) {
-            return self.handle_datagram(now, src, src_port, ce, data, mem);
-        }
-        self.inner
-            .handle_datagram_port(now, src, src_port, ce, data, mem, nic_port)
-    }
-    fn poll_transmit_ports(
+    fn transmit(
         &mut self,
         now: u64,
         buf: &mut [u8],
@@ -297,18 +272,10 @@ impl Transport for CmTransport {
                 return Some(t);
             }
         }
-        self.inner.poll_transmit_ports(now, buf, mem, ready)
+        self.inner.transmit(now, buf, mem, ready)
     }
-    fn poll_transmit(
-        &mut self,
-        now: u64,
-        buf: &mut [u8],
-        mem: &mut dyn Memory,
-    ) -> Option<Transmit> {
-        if let Some(t) = self.cm_transmit(now, buf) {
-            return Some(t);
-        }
-        self.inner.poll_transmit(now, buf, mem)
+    fn close(&mut self, c: ConnId) -> Result<(), PostError> {
+        self.inner.close(c)
     }
     fn poll_timeout(&self) -> Option<u64> {
         let cm = lock(&self.s).cm.poll_timeout();

@@ -10,7 +10,7 @@
 //! sends), which are ordinary `Vec<u8>`s.
 
 use ferroce_transport::mem::{access, AtomicOp, MemError, Memory};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -53,7 +53,23 @@ impl Region {
 pub struct MrTable {
     regions: HashMap<u32, Region>,
     next_key: u32,
+    /// Per-QP protection domains (see [`MrTable::new_domain`]).
+    domains: HashMap<u32, Domain>,
+    next_domain: u32,
 }
+
+/// What a QP allows remote peers: its PD and its `qp_access_flags`. The transport knows a
+/// stream's "pd" only as the number the shim gave it, and hands it to every remote access
+/// check; the shim gives each QP a number of its own, so those checks see the QP's rights.
+#[derive(Debug, Clone, Copy)]
+struct Domain {
+    pd: u32,
+    access: u32,
+}
+
+/// Domain numbers have the top bit set; PD handles (small counters) never do.
+const DOMAIN_BIT: u32 = 0x8000_0000;
+const REMOTE_RIGHTS: u32 = access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
 
 /// The table shared by the application's threads and the engine's.
 pub type SharedMrs = Arc<RwLock<MrTable>>;
@@ -63,8 +79,9 @@ impl MrTable {
     /// stale or foreign key finds nothing).
     pub fn new(seed: u32) -> Self {
         MrTable {
-            regions: HashMap::new(),
+            regions: HashMap::default(),
             next_key: (seed.wrapping_mul(0x9e37_79b9) | 0x100) & 0x7fff_ffff,
+            ..Default::default()
         }
     }
 
@@ -187,6 +204,70 @@ impl MrTable {
         }
     }
 
+    /// `ibv_rereg_mr` of application region `key`, keeping its key: any of a new protection
+    /// domain, a new range (`ptr`, `len`; work requests then name `ptr`, as after
+    /// `ibv_reg_mr`) and new access rights. All or nothing: `false` (and no change) when `key`
+    /// is not an application region or the new range overflows.
+    pub fn reregister(
+        &mut self,
+        key: u32,
+        pd: Option<u32>,
+        range: Option<(u64, u64)>,
+        access: Option<u32>,
+    ) -> bool {
+        let Some(r) = self.regions.get_mut(&key) else {
+            return false;
+        };
+        if !matches!(r.backing, Backing::App) {
+            return false;
+        }
+        if let Some((ptr, len)) = range {
+            if ptr.checked_add(len).is_none() {
+                return false;
+            }
+            r.ptr = ptr;
+            r.addr = ptr;
+            r.len = len;
+        }
+        if let Some(pd) = pd {
+            r.pd = pd;
+        }
+        if let Some(a) = access {
+            r.access = a;
+        }
+        true
+    }
+
+    /// A domain for a new QP of PD `pd` allowing `access` (`qp_access_flags`); the number to
+    /// give the transport as the stream's PD.
+    pub fn new_domain(&mut self, pd: u32, access: u32) -> u32 {
+        loop {
+            self.next_domain = self.next_domain.wrapping_add(1) & !DOMAIN_BIT;
+            let id = DOMAIN_BIT | self.next_domain;
+            if let std::collections::hash_map::Entry::Vacant(e) = self.domains.entry(id) {
+                e.insert(Domain { pd, access });
+                return id;
+            }
+        }
+    }
+
+    /// `ibv_modify_qp` with IBV_QP_ACCESS_FLAGS.
+    pub fn set_domain_access(&mut self, id: u32, access: u32) {
+        if let Some(d) = self.domains.get_mut(&id) {
+            d.access = access;
+        }
+    }
+
+    /// The QP's `qp_access_flags` (0 for an unknown domain).
+    pub fn domain_access(&self, id: u32) -> u32 {
+        self.domains.get(&id).map(|d| d.access).unwrap_or(0)
+    }
+
+    /// The QP is gone: remote requests for its stream find no domain (WrongDomain).
+    pub fn drop_domain(&mut self, id: u32) {
+        self.domains.remove(&id);
+    }
+
     pub fn deregister(&mut self, key: u32) -> bool {
         self.regions.remove(&key).is_some()
     }
@@ -210,7 +291,18 @@ impl MrTable {
         let r = self.regions.get(&key).ok_or(MemError::UnknownKey)?;
         let off = r.offset(addr, len)?;
         if let Some(pd) = pd {
-            if r.pd != pd {
+            let want = if pd & DOMAIN_BIT != 0 {
+                // A QP's domain: its PD, and a remote right the QP does not grant is refused
+                // whatever the MR allows (ibv_modify_qp(3), qp_access_flags).
+                let d = self.domains.get(&pd).ok_or(MemError::WrongDomain)?;
+                if need & REMOTE_RIGHTS & !d.access != 0 {
+                    return Err(MemError::AccessDenied);
+                }
+                d.pd
+            } else {
+                pd
+            };
+            if r.pd != want {
                 return Err(MemError::WrongDomain);
             }
         }
@@ -380,6 +472,81 @@ impl Memory for ShimMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_qp_domain_carries_its_pd_and_access_flags() {
+        let mut buf = vec![0u8; 16];
+        let base = buf.as_mut_ptr() as u64;
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(5)));
+        let all = access::LOCAL_WRITE | REMOTE_RIGHTS;
+        let k = t.write().unwrap().register_app(1, base, 16, all).unwrap();
+        let (d, other) = {
+            let mut w = t.write().unwrap();
+            (w.new_domain(1, 0), w.new_domain(2, REMOTE_RIGHTS))
+        };
+        let mut m = ShimMemory(t.clone());
+        // A QP grants nothing until its access flags say so, whatever the MR allows.
+        assert_eq!(
+            m.write_remote(d, k, base, &[1]),
+            Err(MemError::AccessDenied)
+        );
+        t.write()
+            .unwrap()
+            .set_domain_access(d, access::REMOTE_WRITE);
+        m.write_remote(d, k, base, &[1]).unwrap();
+        let mut r = [0u8; 1];
+        assert_eq!(
+            m.read_remote(d, k, base, &mut r),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(t.read().unwrap().domain_access(d), access::REMOTE_WRITE);
+        // The domain's PD must be the MR's.
+        assert_eq!(
+            m.write_remote(other, k, base, &[1]),
+            Err(MemError::WrongDomain)
+        );
+        // A destroyed QP's domain finds nothing.
+        t.write().unwrap().drop_domain(d);
+        assert_eq!(m.write_remote(d, k, base, &[1]), Err(MemError::WrongDomain));
+        assert_eq!(buf[0], 1);
+    }
+
+    #[test]
+    fn reregister_changes_domain_range_and_rights_in_place() {
+        let mut a = vec![0u8; 32];
+        let mut b = vec![0u8; 16];
+        let (pa, pb) = (a.as_mut_ptr() as u64, b.as_mut_ptr() as u64);
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(3)));
+        let k = t
+            .write()
+            .unwrap()
+            .register_app(1, pa, 32, access::LOCAL_WRITE | access::REMOTE_WRITE)
+            .unwrap();
+        let mut m = ShimMemory(t.clone());
+        // New domain: the old one is refused, the new one accepted.
+        assert!(t.write().unwrap().reregister(k, Some(2), None, None));
+        assert_eq!(m.write_remote(1, k, pa, &[1]), Err(MemError::WrongDomain));
+        m.write_remote(2, k, pa, &[1]).unwrap();
+        // New range: the old addresses are outside, the new buffer is written.
+        assert!(t.write().unwrap().reregister(k, None, Some((pb, 16)), None));
+        assert_eq!(m.write_remote(2, k, pa, &[1]), Err(MemError::OutOfBounds));
+        m.write_remote(2, k, pb + 15, &[9]).unwrap();
+        // New rights: remote write withdrawn.
+        assert!(t
+            .write()
+            .unwrap()
+            .reregister(k, None, None, Some(access::LOCAL_WRITE)));
+        assert_eq!(m.write_remote(2, k, pb, &[1]), Err(MemError::AccessDenied));
+        // Unknown key, overflowing range, shim-owned buffer: refused, nothing changed.
+        let mut w = t.write().unwrap();
+        assert!(!w.reregister(k ^ 0x55, Some(1), None, None));
+        assert!(!w.reregister(k, Some(7), Some((u64::MAX, 2)), None));
+        let owned = w.register_owned(1, 0x1000, vec![0; 8]);
+        assert!(!w.reregister(owned, Some(2), None, None));
+        drop(w);
+        assert_eq!(m.write_remote(7, k, pb, &[1]), Err(MemError::WrongDomain));
+        assert_eq!((a[0], b[15]), (1, 9));
+    }
 
     #[test]
     fn bounds_keys_rights_and_domains() {

@@ -69,6 +69,8 @@ pub struct CqState {
     /// The application's `ibv_cq *` (for `ibv_get_cq_event`).
     pub cq_ptr: AtomicUsize,
     pub dead: AtomicBool,
+    /// The application thread sleeping in an empty poll of this CQ; a completion wakes it.
+    pub waiter: ferroce_dataplane::wake::Waiter,
 }
 
 // SAFETY: ibv_wc holds only integers (its union too); the raw-pointer-free queue is guarded
@@ -87,6 +89,7 @@ impl CqState {
             q.push_back(wc);
             self.n.fetch_add(1, Ordering::Release);
         }
+        self.waiter.wake();
         if self.armed.swap(false, Ordering::AcqRel) {
             if let Some(ch) = &self.channel {
                 ch.signal(self.cq_ptr.load(Ordering::Relaxed));
@@ -123,6 +126,8 @@ pub struct QpInner {
 /// A QP's shared part.
 pub struct QpShared {
     pub qpn: u32,
+    /// The PD the transport knows the stream by: the QP's own domain in the MR table (its
+    /// PD and qp_access_flags, see `mr.rs`), 0 for the shim's UD streams.
     pub pd: u32,
     pub sq_sig_all: bool,
     pub send_cq: Arc<CqState>,
@@ -166,10 +171,17 @@ pub enum Ext {
 
 /// The connection map: one connection per peer host (native), one peer record per peer
 /// (RoCEv2); QPs waiting for a peer's connection to be accepted.
+///
+/// Native mode to this host's own address (two QPs of the process connected to each other,
+/// over a fabric that brings the packets back): the connection the engine opens to itself
+/// and the one it accepts from itself are its two ends, so the QP of such a pair with the
+/// lower QPN takes the opened end (`by_peer`) and the other the accepted end (`self_in`);
+/// each end must hold its stream before the other end's first request arrives.
 #[derive(Default)]
 pub struct Conns {
     pub by_peer: HashMap<Ipv4Addr, ConnId>,
     pub waiting: HashMap<Ipv4Addr, Vec<Arc<QpShared>>>,
+    pub self_in: Option<ConnId>,
 }
 
 /// A running engine.
@@ -178,6 +190,8 @@ pub struct EngineCtl {
     pub mode: Mode,
     pub ip: Ipv4Addr,
     pub mtu: u32,
+    /// Joins the engine's lcore or thread; held, never called: the engine runs until the
+    /// process ends (see [`last_context_closed`]).
     pub job: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
@@ -354,15 +368,14 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     })
 }
 
-/// Stop the engine (last context closed): drain its transmit queue and join its lcore.
-pub fn stop_engine() {
-    if let Some(e) = engine_if_running() {
-        // Let the last ACKs out before stopping.
+/// The last context closed: give the engine a moment to send the last ACKs (an application
+/// usually exits right after), but keep it running. EAL initialises once per process and the
+/// engine lives in a `OnceLock`, so a stopped engine could never come back: a process that
+/// opens a device again (rdma-core's tests open and close contexts in every test) would post
+/// work to an engine that no longer runs, and wait forever. The engine ends with the process.
+pub fn last_context_closed() {
+    if engine_if_running().is_some() {
         std::thread::sleep(std::time::Duration::from_millis(150));
-        e.h.stop();
-        if let Some(j) = lock(&e.job).take() {
-            j();
-        }
     }
 }
 
@@ -510,23 +523,41 @@ fn on_output(o: Output, t: &mut dyn Transport) {
         }
         Output::Event(Event::Accepted { conn, peer }) => {
             dbg_log!("accepted connection {} from {peer}", conn.0);
+            let to_self = engine_if_running().is_some_and(|e| e.ip == peer);
             let waiting = {
                 let mut c = lock(&global().conns);
-                c.by_peer.insert(peer, conn);
+                if to_self {
+                    // The far end of the connection this engine opened to itself.
+                    c.self_in = Some(conn);
+                } else {
+                    c.by_peer.insert(peer, conn);
+                }
                 c.waiting.remove(&peer).unwrap_or_default()
             };
             for qp in waiting {
                 create_stream(t, &qp, conn);
             }
-            crate::ud::on_accepted(t, conn, peer);
+            if !to_self {
+                crate::ud::on_accepted(t, conn, peer);
+            }
         }
         Output::Event(Event::Failed { conn }) => {
             dbg_log!("connection {} failed", conn.0);
-            lock(&global().conns).by_peer.retain(|_, c| *c != conn);
+            // A connection to itself that failed will never be accepted (nothing brings
+            // the packets back): the QPs waiting for its far end go to the error state.
+            let stranded = engine_if_running().and_then(|e| {
+                let mut c = lock(&global().conns);
+                (c.by_peer.get(&e.ip) == Some(&conn))
+                    .then(|| c.waiting.remove(&e.ip))
+                    .flatten()
+            });
+            forget_conn(conn);
+            for qp in stranded.unwrap_or_default() {
+                set_qp_error(&qp);
+                flush_qp(&qp);
+            }
         }
-        Output::Event(Event::Closed { conn }) => {
-            lock(&global().conns).by_peer.retain(|_, c| *c != conn);
-        }
+        Output::Event(Event::Closed { conn }) => forget_conn(conn),
         Output::Event(Event::Connected { conn, peer }) => {
             dbg_log!("connection {} to {peer} established", conn.0);
         }
@@ -574,6 +605,14 @@ pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
     }
 }
 
+fn forget_conn(conn: ConnId) {
+    let mut c = lock(&global().conns);
+    c.by_peer.retain(|_, x| *x != conn);
+    if c.self_in == Some(conn) {
+        c.self_in = None;
+    }
+}
+
 /// Ask the engine to give the QP its stream: RTR (native) or RTS (RoCEv2). The receiver
 /// gets `()` once the engine has run the request: the stream exists then, or (native, the
 /// side that accepts) the QP is registered to get it when the peer's connection arrives, so a
@@ -586,11 +625,19 @@ pub fn request_stream(
     let my_ip = e.ip;
     let (done, rx) = crossbeam_channel::bounded(1);
     e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
+        // Native, to itself: the higher QPN of the pair takes the accepted end (see Conns).
+        let accepted_end =
+            qp.mode == Mode::Native && my_ip == peer && qp.qpn > lock(&qp.inner).remote_qpn;
         let conn = {
             let c = lock(&global().conns);
-            c.by_peer.get(&peer).copied()
+            if accepted_end {
+                c.self_in
+            } else {
+                c.by_peer.get(&peer).copied()
+            }
         };
         let conn = match conn {
+            None if accepted_end => None,
             Some(c) => Some(c),
             // RoCEv2 has no handshake: a peer record on both sides. Native: the host with
             // the lower address opens the one connection, the other accepts it.

@@ -15,6 +15,9 @@
 //! `src_qp` and `byte_len` = 40 + payload. A datagram for a QP without a posted receive, or
 //! with the wrong Q_Key, is dropped, as UD does.
 //!
+//! A datagram to this host's own GID (between two UD QPs of this process) is delivered
+//! by the sender's shim at once, as a NIC loops it back.
+//!
 //! UD delivery is therefore reliable and ordered per host pair (stronger than verbs
 //! promises). On the wire this is not IBTA UD: a RoCEv2 peer such as rxe sees RC traffic to
 //! QPN 0xfffffe. In RoCEv2 mode one process talks UD to one peer host at a time (the RoCE
@@ -82,6 +85,7 @@ fn dead_cq() -> Arc<state::CqState> {
         channel: None,
         cq_ptr: AtomicUsize::new(0),
         dead: AtomicBool::new(true),
+        waiter: Default::default(),
     })
 }
 
@@ -163,6 +167,9 @@ pub fn warm(peer: Ipv4Addr) {
     let Some(e) = state::engine_if_running() else {
         return;
     };
+    if peer == e.ip {
+        return; // datagrams to this host never leave it (post_send)
+    }
     let (c, fresh) = chan(peer, e.mode);
     if fresh {
         dbg_log!("UD stream to {peer} requested");
@@ -274,6 +281,19 @@ pub unsafe fn post_send(
         }
         if !ok {
             st.send_cq.push(err_wc(st, w.wr_id, IBV_WC_LOC_PROT_ERR));
+            wr = w.next;
+            continue;
+        }
+        if peer == e.ip {
+            // To this host's own GID: a NIC loops such a datagram back without the wire (the
+            // engine's packets to its own address would leave on the wire unanswered).
+            let payload = (buf.len() - HDR) as u32;
+            deliver_bytes(&buf, imm, peer);
+            if signaled {
+                let mut wc = err_wc(st, w.wr_id, IBV_WC_SUCCESS);
+                wc.byte_len = payload;
+                st.send_cq.push(wc);
+            }
             wr = w.next;
             continue;
         }
@@ -405,6 +425,16 @@ fn deliver(key: u32, chan: &Arc<QpShared>, c: Completion) {
     {
         return;
     }
+    let peer = lock(&chan.inner).peer.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    deliver_bytes(&buf, c.imm, peer);
+}
+
+/// Hand datagram `buf` (shim header, payload) from host `peer` to its QP's next receive.
+fn deliver_bytes(buf: &[u8], imm: Option<u32>, peer: Ipv4Addr) {
+    let g = global();
+    if buf.len() < HDR {
+        return;
+    }
     let word = |i: usize| u32::from_le_bytes(buf[i * 4..i * 4 + 4].try_into().unwrap());
     let (magic, dst, src, qkey) = (word(0), word(1), word(2), word(3));
     let Some(qp) = lock(&g.ud.qps).get(&dst).cloned() else {
@@ -434,7 +464,6 @@ fn deliver(key: u32, chan: &Arc<QpShared>, c: Completion) {
     let local = state::engine_if_running()
         .map(|e| e.ip)
         .unwrap_or(Ipv4Addr::UNSPECIFIED);
-    let peer = lock(&chan.inner).peer.unwrap_or(Ipv4Addr::UNSPECIFIED);
     let room: u64 = sgl.iter().map(|s| s.len as u64).sum();
     let status = if room < (GRH + payload.len()) as u64 {
         IBV_WC_LOC_LEN_ERR
@@ -459,7 +488,7 @@ fn deliver(key: u32, chan: &Arc<QpShared>, c: Completion) {
         wc_flags: IBV_WC_GRH,
         ..Default::default()
     };
-    if let Some(i) = c.imm {
+    if let Some(i) = imm {
         wc.__bindgen_anon_1.imm_data = i.to_be();
         wc.wc_flags |= IBV_WC_WITH_IMM;
     }

@@ -224,7 +224,7 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
         libc::close(ctx.vctx.context.async_fd);
     }
     if global().open_contexts.fetch_sub(1, Ordering::SeqCst) == 1 {
-        state::stop_engine();
+        state::last_context_closed();
     }
     0
 }
@@ -243,12 +243,12 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.vendor_part_id = VENDOR_PART_ID;
     a.hw_ver = 1;
     a.max_qp = 1 << 16;
-    a.max_qp_wr = 1 << 14;
+    a.max_qp_wr = MAX_QP_WR as c_int;
     a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
     a.max_sge = 16;
     a.max_sge_rd = 16;
     a.max_cq = 1 << 16;
-    a.max_cqe = (1 << 20) - 1;
+    a.max_cqe = MAX_CQE;
     a.max_mr = 1 << 20;
     a.max_pd = 1 << 16;
     a.max_qp_rd_atom = 16;
@@ -327,7 +327,7 @@ fn port_attr(dev: &Dev) -> ibv_port_attr {
         state: IBV_PORT_ACTIVE,
         max_mtu: IBV_MTU_4096,
         active_mtu: IBV_MTU_1024,
-        gid_tbl_len: 2,
+        gid_tbl_len: GID_TBL_LEN as c_int,
         port_cap_flags: IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS,
         max_msg_sz: 1 << 31,
         bad_pkey_cntr: 0,
@@ -385,7 +385,13 @@ pub unsafe extern "C" fn ibv_query_port(
     }
 }
 
-/// GID `index` of the port: 0 = fe80::<EUI-64 of the node GUID>, 1 = ::ffff:<IPv4>.
+/// Slots of the port's GID table. Only 0 and 1 hold a GID; the others are empty, as on a
+/// RoCE NIC whose table has room for more addresses than its netdev has (verbs reports an
+/// empty slot as ENODATA in `ibv_query_gid_ex`, a zero GID in `ibv_query_gid`).
+const GID_TBL_LEN: u32 = 16;
+
+/// GID `index` of the port: 0 = fe80::<EUI-64 of the node GUID>, 1 = ::ffff:<IPv4>; `None`
+/// for an empty slot.
 fn gid(dev: &Dev, index: u32) -> Option<ibv_gid> {
     let mut g = ibv_gid::default();
     match index {
@@ -425,17 +431,14 @@ pub unsafe extern "C" fn ibv_query_gid(
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return -1;
     };
-    if port != 1 || index < 0 || out.is_null() {
+    if port != 1 || !(0..GID_TBL_LEN as c_int).contains(&index) || out.is_null() {
         return -1;
     }
-    match gid(ctx.dev, index as u32) {
-        Some(g) => {
-            // SAFETY: the caller passes a union ibv_gid.
-            unsafe { out.write(g) };
-            0
-        }
-        None => -1,
-    }
+    // rdma-core: an empty slot reads as the zero GID (success).
+    let g = gid(ctx.dev, index as u32).unwrap_or_default();
+    // SAFETY: the caller passes a union ibv_gid.
+    unsafe { out.write(g) };
+    0
 }
 
 fn gid_entry(dev: &Dev, index: u32) -> Option<ibv_gid_entry> {
@@ -461,7 +464,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return libc::EINVAL;
     };
-    if flags != 0 || port != 1 || entry.is_null() {
+    if flags != 0 || port != 1 || entry.is_null() || index >= GID_TBL_LEN {
         return libc::EINVAL;
     }
     match gid_entry(ctx.dev, index) {
@@ -489,24 +492,25 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     if flags != 0 || entries.is_null() || entry_size == 0 {
         return -(libc::EINVAL as isize);
     }
-    let mut n = 0;
-    for i in 0..2u32 {
-        if n >= max {
-            break;
-        }
-        if let Some(e) = gid_entry(ctx.dev, i) {
-            // SAFETY: the caller provides max entries of entry_size bytes each.
-            unsafe {
-                copy_sized(
-                    &e,
-                    (entries as *mut u8).add(n * entry_size) as *mut c_void,
-                    entry_size,
-                )
-            };
-            n += 1;
-        }
+    let valid: Vec<ibv_gid_entry> = (0..GID_TBL_LEN)
+        .filter_map(|i| gid_entry(ctx.dev, i))
+        .collect();
+    // The kernel's rule (rdma_query_gid_table): a buffer with fewer entries than the table
+    // has valid GIDs is EINVAL, not a truncated answer.
+    if max < valid.len() {
+        return -(libc::EINVAL as isize);
     }
-    n as isize
+    for (n, e) in valid.iter().enumerate() {
+        // SAFETY: the caller provides max (>= valid.len()) entries of entry_size bytes each.
+        unsafe {
+            copy_sized(
+                e,
+                (entries as *mut u8).add(n * entry_size) as *mut c_void,
+                entry_size,
+            )
+        };
+    }
+    valid.len() as isize
 }
 
 /// rdma-core's private `ibv_query_gid_type` (sysfs types: 0 = IB/RoCE v1, 1 = RoCE v2).
@@ -518,11 +522,16 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     ty: *mut c_uint,
 ) -> c_int {
     // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
-    if unsafe { ctx_of(c) }.is_none() || port != 1 || index > 1 || ty.is_null() {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return -1;
+    };
+    if port != 1 || index >= GID_TBL_LEN || ty.is_null() {
         return -1;
     }
+    // rdma-core: an empty slot reads as type 0 (IB / RoCE v1), success.
+    let t = c_uint::from(gid(ctx.dev, index).is_some());
     // SAFETY: the caller passes an enum (int-sized) slot.
-    unsafe { *ty = 1 };
+    unsafe { *ty = t };
     0
 }
 
@@ -720,6 +729,9 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
     0
 }
 
+/// Largest CQ (`max_cqe`).
+const MAX_CQE: c_int = (1 << 20) - 1;
+
 #[repr(C)]
 pub struct Cq {
     pub cq: ibv_cq,
@@ -739,11 +751,20 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _vector: c_int,
+    vector: c_int,
 ) -> *mut ibv_cq {
     // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
-    if unsafe { ctx_of(c) }.is_none() || !(1..(1 << 20)).contains(&cqe) {
-        return fail(libc::EINVAL, "ibv_create_cq");
+    if unsafe { ctx_of(c) }.is_none() || !(1..=MAX_CQE).contains(&cqe) {
+        return fail(libc::EINVAL, "ibv_create_cq: cqe outside 1..=max_cqe");
+    }
+    // SAFETY: as above (a live context of ours).
+    let vectors = unsafe { (*c).num_comp_vectors };
+    if !(0..vectors).contains(&vector) {
+        // ibv_create_cq(3): comp_vector must be in [0, num_comp_vectors).
+        return fail(
+            libc::EINVAL,
+            "ibv_create_cq: completion vector outside [0, num_comp_vectors)",
+        );
     }
     let ch = if channel.is_null() {
         None
@@ -759,6 +780,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         channel: ch,
         cq_ptr: AtomicUsize::new(0),
         dead: AtomicBool::new(false),
+        waiter: Default::default(),
     });
     // SAFETY: all-zero ibv_cq is valid; the mutex/cond are initialised below.
     let mut cq = Box::new(Cq {
@@ -798,19 +820,36 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 
 #[export_name = "ferroce_v_ibv_resize_cq"]
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    if cq.is_null() || cqe < 1 {
+    // SAFETY: `cq` is a CQ this library returned from ibv_create_cq (the verbs contract); cq_of checks null.
+    let Some(c) = (unsafe { cq_of(cq) }) else {
+        return libc::EINVAL;
+    };
+    if !(1..=MAX_CQE).contains(&cqe) {
         return libc::EINVAL;
     }
-    // SAFETY: a live CQ.
+    // ibv_resize_cq(3): the new size must hold the completions still in the CQ. The queue's
+    // lock keeps the engine from adding one between the check and the new size.
+    let q = lock(&c.st.q);
+    if q.len() > cqe as usize {
+        dbg_log!(
+            "ibv_resize_cq: {} unpolled completions, asked for {cqe}",
+            q.len()
+        );
+        return libc::EINVAL;
+    }
+    // SAFETY: a live CQ; the application reads cqe after the call returns.
     unsafe { (*cq).cqe = cqe };
+    drop(q);
     0
 }
 
-/// What an empty poll does: on every `FERROCE_POLL_SLEEP_EVERY`-th (default 2) empty poll
-/// sleep `FERROCE_POLL_SLEEP_US` (default 1 µs, 0 = only yield). Applications spin on empty
-/// CQs; with fewer cores than busy threads (application, engine lcore, the kernel's softirq
-/// work for af_packet/veth) spinning starves the packet path and costs milliseconds per
-/// round trip, sleeping briefly costs tens of microseconds.
+/// What an empty poll does: on every `FERROCE_POLL_SLEEP_EVERY`-th (default 2) empty poll,
+/// sleep up to `FERROCE_POLL_SLEEP_US` (default 20 µs, 0 = only yield) on the CQ's waiter,
+/// which the next completion pushed to the CQ ends at once. Applications spin on empty CQs;
+/// with fewer cores than busy threads (application, engine lcore, the kernel's softirq work
+/// for af_packet/veth) spinning starves the packet path, and a plain sleep (which Linux's
+/// default 50 µs timer slack stretched to ~55 µs whatever was asked) added its full length to
+/// every round trip.
 fn every() -> u32 {
     static E: OnceLock<u32> = OnceLock::new();
     *E.get_or_init(|| {
@@ -822,7 +861,7 @@ fn every() -> u32 {
     })
 }
 
-fn idle_backoff() {
+fn idle_backoff(cq: &CqState) {
     use std::cell::Cell;
     static SLEEP_US: OnceLock<u64> = OnceLock::new();
     thread_local!(static EMPTY: Cell<u32> = const { Cell::new(0) });
@@ -830,7 +869,7 @@ fn idle_backoff() {
         std::env::var("FERROCE_POLL_SLEEP_US")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(1)
+            .unwrap_or(20)
     });
     let n = EMPTY.with(|e| {
         let n = e.get().wrapping_add(1);
@@ -838,7 +877,7 @@ fn idle_backoff() {
         n
     });
     if us > 0 && n.is_multiple_of(every()) {
-        std::thread::sleep(std::time::Duration::from_micros(us));
+        cq.waiter.sleep(us, || cq.n.load(Ordering::Acquire) > 0);
     } else {
         std::thread::yield_now();
     }
@@ -855,7 +894,7 @@ unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) ->
     if c.st.n.load(Ordering::Acquire) == 0 {
         // Applications spin on an empty CQ; on a machine with fewer cores than busy threads
         // the engine's lcore must get the CPU to make progress.
-        idle_backoff();
+        idle_backoff(&c.st);
         return 0;
     }
     let mut q = lock(&c.st.q);
@@ -941,6 +980,8 @@ unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> Option<&'a Qp> {
 }
 
 const MAX_INLINE: u32 = 4096;
+/// Deepest send or receive queue (`max_qp_wr`).
+const MAX_QP_WR: u32 = 1 << 14;
 
 unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     if pd.is_null() {
@@ -968,15 +1009,29 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     if a.cap.max_inline_data > MAX_INLINE || a.cap.max_send_sge > 16 || a.cap.max_recv_sge > 16 {
         return fail(libc::EINVAL, "ibv_create_qp: capabilities");
     }
+    // ibv_create_qp(3): a queue deeper than the device's max_qp_wr is EINVAL (the receive
+    // queue's depth does not matter with an SRQ: receives come from it).
+    if a.cap.max_send_wr > MAX_QP_WR || (a.srq.is_null() && a.cap.max_recv_wr > MAX_QP_WR) {
+        return fail(
+            libc::EINVAL,
+            "ibv_create_qp: max_send_wr or max_recv_wr above max_qp_wr",
+        );
+    }
     // The engine starts with the first QP (its configuration errors are reported here).
     if let Err(e) = engine(ctx.dev.mode) {
         eprintln!("{e}");
         return fail(libc::ENODEV, "");
     }
     let qpn = state::new_qpn();
+    // No remote access until ibv_modify_qp grants it (qp_access_flags starts at 0).
+    let domain = global()
+        .mrs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .new_domain(pdh, 0);
     let st = Arc::new(QpShared {
         qpn,
-        pd: pdh,
+        pd: domain,
         sq_sig_all: a.sq_sig_all != 0,
         send_cq: scq.st.clone(),
         recv_cq: rcq.st.clone(),
@@ -1048,8 +1103,18 @@ unsafe extern "C" fn vctx_create_qp_ex(
     }
     // SAFETY: the caller's extended attributes.
     let a = unsafe { &mut *a };
-    if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 || a.pd.is_null() {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp_ex: only PD in comp_mask");
+    // CREATE_FLAGS with no flag set asks for nothing; any flag (scatter FCS, source QPN, …)
+    // and every other extension (XRCD, send_ops_flags: ibv_qp_ex) is a feature this device
+    // lacks.
+    let create_flags = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0;
+    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 || create_flags {
+        return fail(
+            libc::EOPNOTSUPP,
+            "ibv_create_qp_ex: only PD and empty create_flags in comp_mask",
+        );
+    }
+    if a.pd.is_null() || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return fail(libc::EINVAL, "ibv_create_qp_ex: no PD");
     }
     let mut b = ibv_qp_init_attr {
         qp_context: a.qp_context,
@@ -1117,6 +1182,13 @@ pub unsafe extern "C" fn ibv_modify_qp(
             st.qpn
         );
         return libc::EINVAL;
+    }
+    if mask & IBV_QP_ACCESS_FLAGS != 0 {
+        global()
+            .mrs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_domain_access(st.pd, a.qp_access_flags & 0xf);
     }
     if let Some(ud) = &st.ud {
         if mask & IBV_QP_QKEY != 0 {
@@ -1233,8 +1305,8 @@ pub unsafe extern "C" fn ibv_query_qp(
     };
     let inner = lock(&q.st.inner);
     let cap = ibv_qp_cap {
-        max_send_wr: 1 << 14,
-        max_recv_wr: 1 << 14,
+        max_send_wr: MAX_QP_WR,
+        max_recv_wr: MAX_QP_WR,
         max_send_sge: 16,
         max_recv_sge: 16,
         max_inline_data: q.st.max_inline,
@@ -1247,8 +1319,14 @@ pub unsafe extern "C" fn ibv_query_qp(
         a.rq_psn = inner.rq_psn;
         a.sq_psn = inner.sq_psn;
         a.dest_qp_num = inner.remote_qpn;
-        a.qp_access_flags =
-            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        if let Some(ud) = &q.st.ud {
+            a.qkey = ud.qkey.load(Ordering::Relaxed);
+        }
+        a.qp_access_flags = global()
+            .mrs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .domain_access(q.st.pd);
         a.cap = cap;
         a.max_rd_atomic = 16;
         a.max_dest_rd_atomic = 16;
@@ -1296,6 +1374,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: a QP from ibv_create_qp, freed once.
     let b = unsafe { Box::from_raw(qp as *mut Qp) };
     b.st.qp_ptr.store(0, Ordering::Relaxed);
+    global()
+        .mrs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .drop_domain(b.st.pd);
     if b.st.ud.is_some() {
         crate::ud::unregister_qp(&b.st);
     }
@@ -1701,6 +1784,15 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     if pd.is_null() || attr.is_null() {
         return fail(libc::EINVAL, "ibv_create_ah");
     }
+    // Both ports are Ethernet (RoCE): an address is a GID, so an AH without a global route
+    // names no destination (rdma-core's providers refuse it with EINVAL).
+    // SAFETY: `attr` is the application's ibv_ah_attr (checked non-null above).
+    if unsafe { (*attr).is_global } == 0 {
+        return fail(
+            libc::EINVAL,
+            "ibv_create_ah: a RoCE port needs a GRH (is_global = 1)",
+        );
+    }
     // SAFETY: live PD and the caller's attributes.
     let ah = Box::new(Ah {
         ah: ibv_ah {
@@ -1973,16 +2065,80 @@ pub extern "C" fn ibv_resolve_eth_l2_from_gid(
     -1
 }
 
+/// `ibv_rereg_mr(3)`: change an MR's translation (new buffer), protection domain and/or
+/// access rights in place; the keys stay. Errors are rdma-core's: `IBV_REREG_MR_ERR_INPUT`
+/// with errno EINVAL for bad input (the MR is unchanged and still usable),
+/// `IBV_REREG_MR_ERR_CMD` with errno EINVAL for an MR this library does not know.
 #[export_name = "ferroce_v_ibv_rereg_mr"]
-pub extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _len: usize,
-    _access: c_int,
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    let input = |what: &str| {
+        dbg_log!("ibv_rereg_mr: {what}");
+        set_errno(libc::EINVAL);
+        IBV_REREG_MR_ERR_INPUT
+    };
+    let flags = flags as c_uint;
+    if mr.is_null() {
+        return input("no MR");
+    }
+    if flags == 0 || flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
+        return input("flags must be a non-empty set of CHANGE_TRANSLATION|PD|ACCESS");
+    }
+    let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+    if translation && (addr.is_null() || len == 0) {
+        return input("CHANGE_TRANSLATION needs an address and a length");
+    }
+    if flags & IBV_REREG_MR_CHANGE_PD != 0 && pd.is_null() {
+        return input("CHANGE_PD needs a PD");
+    }
+    let access = access as c_uint & 0xf;
+    if flags & IBV_REREG_MR_CHANGE_ACCESS != 0
+        && access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
+        && access & IBV_ACCESS_LOCAL_WRITE == 0
+    {
+        return input("remote write/atomic without local write");
+    }
+    // SAFETY: `mr` is an MR this library returned from ibv_reg_mr (the verbs contract), and
+    // a PD named with CHANGE_PD is one of ours.
+    let (key, new_pd) = unsafe {
+        (
+            (*mr).lkey,
+            (flags & IBV_REREG_MR_CHANGE_PD != 0).then(|| (*pd).handle),
+        )
+    };
+    let ok = global()
+        .mrs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .reregister(
+            key,
+            new_pd,
+            translation.then_some((addr as u64, len as u64)),
+            (flags & IBV_REREG_MR_CHANGE_ACCESS != 0).then_some(access),
+        );
+    if !ok {
+        // Not a registered application range (or a range that wraps the address space).
+        set_errno(libc::EINVAL);
+        return IBV_REREG_MR_ERR_CMD;
+    }
+    // SAFETY: as above; the application's ibv_mr mirrors the new registration (libibverbs
+    // updates these fields itself after a provider's rereg succeeds).
+    unsafe {
+        if new_pd.is_some() {
+            (*mr).pd = pd;
+        }
+        if translation {
+            (*mr).addr = addr;
+            (*mr).length = len;
+        }
+    }
+    0
 }
 
 #[export_name = "ferroce_v_ibv_reg_dmabuf_mr"]

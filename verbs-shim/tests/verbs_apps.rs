@@ -351,8 +351,12 @@ fn bench_verbs_writes_csv_with_ratios() {
         Some("metric,mode,size,verbs,engine,unit,ratio,ok")
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    // write_bw and write_lat_rtt, native and rocev2.
-    assert_eq!(rows.len(), 4, "rows:\n{body}");
+    // write_bw, write_lat_rtt and lat_vs_raw_rtt (next to a raw DPDK ping-pong), native and
+    // rocev2.
+    assert_eq!(rows.len(), 6, "rows:\n{body}");
+    for m in ["write_bw", "write_lat_rtt", "lat_vs_raw_rtt"] {
+        assert_eq!(rows.iter().filter(|r| r[0] == m).count(), 2, "{m}:\n{body}");
+    }
     for r in &rows {
         let v = |i: usize| r[i].parse::<f64>().unwrap_or(0.0);
         assert!(

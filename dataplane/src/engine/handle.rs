@@ -86,12 +86,16 @@ pub struct EngineHandle {
     pub mem: SharedMem,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) stats: Arc<Mutex<Value>>,
+    /// Wakes the engine when it idles in a sleep: a command is work.
+    pub(super) waker: Arc<crate::wake::Waiter>,
 }
 
 impl EngineHandle {
     /// Send a command; blocks while the queue is full (the engine drains it every poll).
     pub fn command(&self, c: Command) -> bool {
-        self.cmd.send(c).is_ok()
+        let ok = self.cmd.send(c).is_ok();
+        self.waker.wake();
+        ok
     }
 
     /// Open a connection; waits for the engine to create it.
@@ -147,6 +151,7 @@ impl EngineHandle {
     /// Ask the engine to stop (it drains its tx queue and returns from its run loop).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.waker.wake();
     }
 
     pub fn stopped(&self) -> bool {

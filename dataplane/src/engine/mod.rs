@@ -31,10 +31,12 @@ use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError, TrySendError};
 use ferroce_dpdk_sys::{rdtsc, Mbuf, Mempool, Port};
 use ferroce_transport::mem::{AtomicOp, MemError, Memory, Regions};
 use ferroce_transport::{
-    Completion, ConnId, ConnState, Endpoint, Event, PostError, RecvWr, SendWr, Transport,
+    Completion, ConnId, ConnState, Endpoint, Event, PostError, RecvWr, RxDatagram, SendWr,
+    Transport,
 };
+use rustc_hash::FxHashMap as HashMap;
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -165,6 +167,7 @@ pub struct Engine {
     accept_streams: Vec<(u32, u32, u32)>,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<Value>>,
+    waker: Arc<crate::wake::Waiter>,
     next_publish: u64,
     next_link_check: u64,
     udp_port: u16,
@@ -246,6 +249,7 @@ impl Engine {
         let mem: SharedMem = Arc::new(Mutex::new(Regions::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(Value::Null));
+        let waker = Arc::new(crate::wake::Waiter::new());
         // Probe how much room a fresh mbuf has for the transport's datagram.
         let payload_room = pool
             .alloc()
@@ -256,7 +260,7 @@ impl Engine {
             mac,
             neighbors: p.neighbors.iter().copied().collect(),
             arp_queue: VecDeque::new(),
-            arp_last_req: HashMap::new(),
+            arp_last_req: HashMap::default(),
             counters: PortCounters::default(),
             ip_id: (p.seed as u16).wrapping_mul(7919),
             clock: Clock::new(tsc_hz),
@@ -270,6 +274,7 @@ impl Engine {
             accept_streams: Vec::new(),
             stop: stop.clone(),
             stats: stats.clone(),
+            waker: waker.clone(),
             next_publish: 0,
             next_link_check: 0,
             udp_port,
@@ -292,6 +297,7 @@ impl Engine {
             mem,
             stop,
             stats,
+            waker,
         };
         (e, h)
     }
@@ -373,7 +379,10 @@ impl Engine {
         }
         if us > 0 {
             self.counters.idle_sleeps += 1;
-            std::thread::sleep(Duration::from_micros(us));
+            // Until the next timer, a packet's chance to arrive (the PMD is polled), or a
+            // command from the application, which wakes the engine at once.
+            let cmds = &self.cmd_rx;
+            self.waker.sleep(us, || !cmds.is_empty());
         } else {
             std::thread::yield_now();
         }
@@ -496,11 +505,7 @@ impl Engine {
                 }
             }
             Command::Close { conn } => {
-                let r = match self.transport.as_any_mut().downcast_mut::<Endpoint>() {
-                    Some(ep) => ep.close(conn),
-                    None => Ok(()),
-                };
-                if let Err(e) = r {
+                if let Err(e) = self.transport.close(conn) {
                     self.outputs.push_back(refused("close", 0, e));
                 }
             }
@@ -605,13 +610,13 @@ impl Engine {
                 // The real IPv4 and UDP headers go along: RoCEv2's ICRC covers them.
                 let udp_start = u.payload.0 - 8;
                 let ip_start = if f[12..14] == [0x81, 0x00] { 18 } else { 14 };
-                self.transport.handle_datagram_ip(
-                    now,
+                if let Some(d) = RxDatagram::from_headers(
                     &f[ip_start..udp_start],
                     &f[udp_start..u.payload.0],
                     &f[u.payload.0..u.payload.1],
-                    mem,
-                );
+                ) {
+                    self.transport.receive(now, &d, mem);
+                }
                 // Accepts must create their streams before the next datagram.
                 self.collect(true);
             }
@@ -638,10 +643,11 @@ impl Engine {
                 }
             };
             let room = mb.room_mut();
-            let Some(t) = self.transport.poll_transmit(
+            let Some(t) = self.transport.transmit(
                 now,
                 &mut room[net::HDRS_LEN..net::HDRS_LEN + max_len],
                 mem,
+                u64::MAX,
             ) else {
                 self.spare = Some(mb);
                 break;

@@ -121,6 +121,7 @@ impl Connection {
             now, a.cum_psn, &a.sack, a.ecn_ce, rtt_sample, &self.cfg, &mut out,
         );
         self.min_rtt_all = self.min_rtt_all.min(self.paths[p].min_rtt_ns);
+        self.win_cache.set(None);
         if out.progress {
             self.no_progress_rtos = 0;
         }
@@ -295,8 +296,13 @@ impl Connection {
     /// Whether path `i` has anything a new ACK would tell.
     fn ack_pending(&self, i: usize) -> bool {
         let r = &self.rx_paths[i];
-        (r.ack_now || (self.cfg.ack_multi_riders && r.unacked >= (self.cfg.ack_every / 2).max(1)))
-            && r.hint_ack_at.is_none()
+        (r.ack_now || self.rides(r)) && r.hint_ack_at.is_none()
+    }
+
+    /// Whether a path with no ACK due joins an ACK_MULTI: at least half of `ack_every`
+    /// packets unacknowledged, or a rider not yet acknowledged a second time.
+    fn rides(&self, r: &RxPath) -> bool {
+        self.cfg.ack_multi_riders && (r.unacked >= (self.cfg.ack_every / 2).max(1) || r.rode)
     }
 
     /// An ACK_MULTI led by the due path `first`; None if no other path has news (the caller
@@ -330,10 +336,16 @@ impl Connection {
                 ts_echo: rx.ts_echo,
                 ack_delay_ns: now.saturating_sub(rx.ts_arrival).min(u32::MAX as u64) as u32,
             };
+            let first_ride = !rx.ack_now && !rx.rode;
             if w.push(&b) {
                 rx.ack_now = false;
                 rx.unacked = 0;
-                rx.first_unacked_at = None;
+                // A first ride keeps the delayed-ACK timer: the path is acknowledged again
+                // by the next ACK datagram or when the timer fires, whichever is first.
+                rx.rode = first_ride;
+                if !first_ride {
+                    rx.first_unacked_at = None;
+                }
             }
         }
         let blocks = w.count() as u64;
@@ -355,6 +367,7 @@ impl Connection {
         rx.ack_now = false;
         rx.unacked = 0;
         rx.first_unacked_at = None;
+        rx.rode = false;
         let a = AckRepr {
             cum_psn: rx.cum,
             sack: rx.sack,

@@ -5,6 +5,7 @@ use super::*;
 impl Connection {
     /// The receiver's fair-share rate: jump to it (scale path windows), never probe.
     pub(super) fn apply_hint(&mut self, mbps: u32) {
+        self.win_cache.set(None);
         self.peer_hint_mbps = mbps;
         let target = self.hint_window();
         let sum: f64 = self.paths.iter().map(|p| p.cwnd()).sum();

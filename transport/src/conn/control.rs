@@ -5,6 +5,7 @@ use super::*;
 impl Connection {
     /// Apply the parameters both sides agreed on and build the paths.
     pub(crate) fn establish(&mut self, peer: &OpenRepr) {
+        self.win_cache.set(None);
         let n = self.cfg.paths.min(peer.paths).max(1);
         self.mtu = (self.cfg.mtu.min(peer.mtu) as u32).max(64);
         if peer.line_rate_mbps > 0 {

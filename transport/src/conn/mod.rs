@@ -281,6 +281,9 @@ pub struct Connection {
     ack_req_out: bool,
     /// What the last ACK told a path, kept so that an ACK allocates nothing.
     ack_scratch: AckOutcome,
+    /// `conn_window()` as last computed; None once a path's window or RTT, the hint or the
+    /// base RTT changed (it is read on every transmit poll, and changes only with ACKs).
+    win_cache: std::cell::Cell<Option<f64>>,
     /// The timer table: one row per path, recomputed only for the paths that changed
     /// (`pt_dirty`), or all of them when something every row depends on moved (`pt_all`, or
     /// base RTT and pilot wait differing from `pt_key`).
@@ -459,6 +462,7 @@ impl Connection {
             held_bytes: 0,
             ack_req_out: false,
             ack_scratch: AckOutcome::default(),
+            win_cache: std::cell::Cell::new(None),
             ptimes: Vec::new(),
             pt_dirty: Vec::new(),
             pt_list: Vec::new(),

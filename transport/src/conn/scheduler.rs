@@ -5,6 +5,17 @@ use super::*;
 impl Connection {
     /// Connection-level window: sum of path windows, capped by the receiver's hint.
     pub(super) fn conn_window(&self) -> f64 {
+        if let Some(w) = self.win_cache.get() {
+            #[cfg(any(test, debug_assertions))]
+            assert_eq!(w, self.conn_window_now(), "stale connection window cache");
+            return w;
+        }
+        let w = self.conn_window_now();
+        self.win_cache.set(Some(w));
+        w
+    }
+
+    fn conn_window_now(&self) -> f64 {
         let sum: f64 = self.paths.iter().map(|p| p.cwnd()).sum();
         if self.peer_hint_mbps != 0 {
             sum.min(self.hint_window().max(self.mtu as f64))

@@ -458,16 +458,25 @@ impl Memory for NoMemory {
 }
 
 impl Transport for RoceEndpoint {
-    fn handle_datagram_ip(
+    fn receive(&mut self, now: u64, d: &RxDatagram<'_>, mem: &mut dyn Memory) {
+        if d.ip_hdr.is_empty() {
+            RoceEndpoint::handle_datagram(self, now, d.src, d.src_port, d.ce, d.payload, mem)
+        } else {
+            // The ICRC covers the real headers: check it over them, not over canonical ones.
+            RoceEndpoint::handle_datagram_ip(self, now, d.ip_hdr, d.udp_hdr, d.payload, mem)
+        }
+    }
+    fn transmit(
         &mut self,
         now: u64,
-        ip_hdr: &[u8],
-        udp_hdr: &[u8],
-        data: &[u8],
+        buf: &mut [u8],
         mem: &mut dyn Memory,
-    ) {
-        // The ICRC covers the real headers: check it over them, not over canonical ones.
-        RoceEndpoint::handle_datagram_ip(self, now, ip_hdr, udp_hdr, data, mem)
+        _ready: u64,
+    ) -> Option<Transmit> {
+        RoceEndpoint::poll_transmit(self, now, buf, mem)
+    }
+    fn close(&mut self, _c: ConnId) -> Result<(), PostError> {
+        Err(PostError::Unsupported)
     }
 
     fn connect(&mut self, peer: Ipv4Addr) -> ConnId {
@@ -487,25 +496,6 @@ impl Transport for RoceEndpoint {
     }
     fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
         RoceEndpoint::post_recv(self, c, stream, wr)
-    }
-    fn handle_datagram(
-        &mut self,
-        now: u64,
-        src: Ipv4Addr,
-        src_port: u16,
-        ce: bool,
-        data: &[u8],
-        mem: &mut dyn Memory,
-    ) {
-        RoceEndpoint::handle_datagram(self, now, src, src_port, ce, data, mem)
-    }
-    fn poll_transmit(
-        &mut self,
-        now: u64,
-        buf: &mut [u8],
-        mem: &mut dyn Memory,
-    ) -> Option<Transmit> {
-        RoceEndpoint::poll_transmit(self, now, buf, mem)
     }
     fn poll_timeout(&self) -> Option<u64> {
         RoceEndpoint::poll_timeout(self)
