@@ -20,7 +20,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     }
     if !chan_live(ch as usize) {
         // A destroyed channel (its memory is gone: only the address is compared). While the
-        // process exits (our atexit handler stops the engine gracefully, ~150 ms), a thread
+        // process exits (our atexit handler closes the device, ~150 ms in the shim), a thread
         // still looping on it, as rping's event thread does after main destroyed it, waits
         // for the exit instead of failing the program with EBADF.
         while EXITING.load(std::sync::atomic::Ordering::SeqCst) {

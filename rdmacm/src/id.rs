@@ -51,9 +51,9 @@ pub fn ensure_started() -> Result<Ipv4Addr, c_int> {
     Ok(Ipv4Addr::from(ip))
 }
 
-/// At exit, close the device the library opened, as a verbs program closes its own: the
-/// shim then stops its engine gracefully (the last ACKs and DREPs leave, a capture is
-/// flushed) unless the application still has a context open.
+/// At exit, close the device the library opened, as a verbs program closes its own: with
+/// the last context closed the shim gives its engine a moment to send the last ACKs and
+/// DREPs before the process ends.
 extern "C" fn close_at_exit() {
     EXITING.store(true, std::sync::atomic::Ordering::SeqCst);
     let ctx = std::mem::take(&mut lock(global()).ctx) as *mut ibv_context;

@@ -65,9 +65,10 @@ static int server(const char *port)
 	CHECK(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(atoi(port)) };
 	CHECK(rdma_bind_addr(l, (struct sockaddr *)&sin) == 0, "rdma_bind_addr");
+	/* Before listening: a client's REQ cannot make the channel readable yet. */
+	refusals(ch, l);
 	CHECK(rdma_listen(l, 4) == 0, "rdma_listen");
 	CHECK(ntohs(rdma_get_src_port(l)) == atoi(port), "rdma_get_src_port");
-	refusals(ch, l);
 	for (int i = 0; i < 2; i++) {
 		struct rdma_cm_event *e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
 		CHECK(e->listen_id == l, "listen_id");
@@ -123,8 +124,12 @@ static int client(const char *addr, const char *port)
 	CHECK(getaddrinfo(addr, port, &h, &ai) == 0, "getaddrinfo");
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	CHECK(ch && ch->fd >= 0, "rdma_create_event_channel");
+	/* Before anything is in flight: nothing may make the channel readable yet. */
+	struct rdma_cm_id *t;
+	CHECK(rdma_create_id(ch, &t, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	refusals(ch, t);
+	rdma_destroy_id(t);
 	struct rdma_cm_id *id = dial(ch, ai, REQ);
-	refusals(ch, id);
 	struct rdma_cm_event *e = expect(ch, RDMA_CM_EVENT_ESTABLISHED);
 	CHECK(has(e, REP), "REP private data missing");
 	printf("client: REP private data \"%s\"\n", (const char *)e->param.conn.private_data);
