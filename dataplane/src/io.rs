@@ -4,9 +4,9 @@
 //! [`PacketIo`], so tests and tools stack them over whatever carries the frames, and an
 //! engine without faults or capture has neither layer (they cost nothing when off).
 //!
-//! Order of the stack the engine builds ([`stack`]): faults over capture over the port, so
-//! the capture sees what crossed the wire: received frames before the receive faults,
-//! sent frames after the send faults.
+//! Order of the stack the engine builds (`engine::io_stack`): faults over capture over the
+//! port, so the capture sees what crossed the wire: received frames before the receive faults,
+//! sent frames after the send faults. This module knows none of the layers.
 
 use ferroce_dpdk_sys::{Mbuf, Mempool, Port, PortStats};
 use serde_json::{json, Map, Value};
@@ -123,24 +123,4 @@ impl PacketIo for DpdkIo {
     fn release(&mut self, _out: &mut Vec<Mbuf>) {}
 
     fn flush(&mut self) {}
-}
-
-/// The I/O stack of an engine over `port`: capture if `pcap` is given, faults if either
-/// direction's injector is active, nothing else.
-pub fn stack(
-    port: Port,
-    pcap: Option<crate::pcap::PcapWriter>,
-    faults: Option<(crate::fault::FaultInjector, crate::fault::FaultInjector)>,
-) -> Box<dyn PacketIo> {
-    let pool = port.pool().clone();
-    let mut io: Box<dyn PacketIo> = Box::new(DpdkIo::new(port));
-    if let Some(w) = pcap {
-        io = Box::new(crate::pcap::PcapIo::new(io, w));
-    }
-    if let Some((tx, rx)) = faults {
-        if tx.active() || rx.active() {
-            io = Box::new(crate::fault::FaultIo::new(io, tx, rx, pool));
-        }
-    }
-    io
 }

@@ -24,7 +24,7 @@ use mem::LockedMem;
 
 use crate::counters::{self, PortCounters};
 use crate::fault::{FaultConfig, FaultCounters, FaultInjector};
-use crate::io::PacketIo;
+use crate::io::{DpdkIo, PacketIo};
 use crate::net::{self, Arp, Frame, UdpHeader};
 use crate::pcap::PcapWriter;
 use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError, TrySendError};
@@ -224,7 +224,7 @@ impl Engine {
             FaultInjector::new(&p.fault_tx, p.seed ^ 0x7478),
             FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278),
         );
-        let io = crate::io::stack(port, pcap, Some(faults));
+        let io = io_stack(port, pcap, Some(faults));
         Ok(Engine::with_io(io, pool, transport, p, tsc_hz))
     }
 
@@ -788,6 +788,26 @@ impl Engine {
         self.publish(now);
         self.snapshot(now)
     }
+}
+
+/// The I/O stack of an engine over `port`: capture if `pcap` is given, faults if either
+/// direction's injector is active, nothing else.
+pub fn io_stack(
+    port: Port,
+    pcap: Option<crate::pcap::PcapWriter>,
+    faults: Option<(crate::fault::FaultInjector, crate::fault::FaultInjector)>,
+) -> Box<dyn PacketIo> {
+    let pool = port.pool().clone();
+    let mut io: Box<dyn PacketIo> = Box::new(DpdkIo::new(port));
+    if let Some(w) = pcap {
+        io = Box::new(crate::pcap::PcapIo::new(io, w));
+    }
+    if let Some((tx, rx)) = faults {
+        if tx.active() || rx.active() {
+            io = Box::new(crate::fault::FaultIo::new(io, tx, rx, pool));
+        }
+    }
+    io
 }
 
 /// Write JSON to `path` through a temporary file and a rename, so readers never see half.
