@@ -298,20 +298,7 @@ fn local_semantics_without_loopback() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let libs = abi::lib_dir("pvlocal");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/local_semantics.c");
-    let bin = libs.join("local_semantics");
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("run cc");
-    assert!(
-        cc.status.success(),
-        "cc local_semantics.c -libverbs failed (libibverbs-dev installed?):\n{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let bin = abi::build_c(&libs, "local_semantics");
     let pair = VethPair::create("l", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
     let mut failures = Vec::new();
     for (mode, dev) in modes() {

@@ -29,7 +29,7 @@
 //! | `FERROCE_RC_ORDER_SEED` | base of the fault injectors' seeds (from the clock; printed) |
 
 use ferroce_dataplane::netns::{is_root, VethPair};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -113,25 +113,6 @@ fn seed_base() -> u64 {
             (t.as_secs() % 100_000) * 1000
         }
     }
-}
-
-/// Compile tests/c/rc_order.c into `dir` (like wrong_rkey.c: system header, -libverbs).
-fn build(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rc_order.c");
-    let bin = dir.join("rc_order");
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("run cc");
-    assert!(
-        cc.status.success(),
-        "cc rc_order.c -libverbs failed (libibverbs-dev installed?):\n{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    bin
 }
 
 struct Faults {
@@ -256,7 +237,7 @@ fn run_cases(
     known: &[(&str, &str, &str)],
 ) -> Outcome {
     let libs = abi::lib_dir(tag);
-    let bin = build(&libs);
+    let bin = abi::build_c(&libs, "rc_order");
     let pair = VethPair::create("o", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
     let runs = runs();
     let keep_going = env_or("FERROCE_RC_ORDER_KEEP_GOING", "0") != "0";

@@ -180,6 +180,27 @@ fn cdylib() -> PathBuf {
     panic!("libibverbs.so not found next to {}", exe.display());
 }
 
+/// Compile `tests/c/<name>.c` into `dir/<name>` against the system's verbs header and
+/// `-libverbs` (the shim answers at run time through LD_LIBRARY_PATH); panics with cc's
+/// errors if it does not build.
+pub fn build_c(dir: &Path, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let bin = dir.join(name);
+    let cc = std::process::Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("run cc");
+    assert!(
+        cc.status.success(),
+        "cc {name}.c -libverbs failed (libibverbs-dev installed?):\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    bin
+}
+
 /// A directory for LD_LIBRARY_PATH: libibverbs.so.1 (the shim) and the stub providers.
 pub fn lib_dir(tag: &str) -> PathBuf {
     let d = tmpdir(tag);

@@ -253,20 +253,7 @@ fn wrong_rkey_program_gets_remote_access_error() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let libs = abi::lib_dir("rkey");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/wrong_rkey.c");
-    let bin = libs.join("wrong_rkey");
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("run cc");
-    assert!(
-        cc.status.success(),
-        "cc wrong_rkey.c -libverbs failed (libibverbs-dev installed?):\n{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let bin = abi::build_c(&libs, "wrong_rkey");
     let pair = VethPair::create("v", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
     let mut failures = Vec::new();
     for (mode, dev) in modes() {
