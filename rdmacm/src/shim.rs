@@ -1,6 +1,7 @@
 //! The verbs shim's private connection-manager interface (`verbs-shim/src/cm.rs`), found at
 //! run time with `dlsym`: with another libibverbs (real hardware) it is absent and the CM
-//! says so (ENODEV) instead of failing to load.
+//! says so (ENODEV) instead of failing to load. `tests/rdmacm_abi.rs` checks these
+//! declarations against the shim's, field by field.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::OnceLock;

@@ -144,3 +144,39 @@ fn every_program_import_resolves_with_bind_now() {
         eprintln!("SKIP: none of {PROGRAMS:?} installed (rdmacm-utils, perftest)");
     }
 }
+
+/// The shim's private CM interface is declared twice, once on each side of `dlsym`
+/// (`verbs-shim/src/cm.rs`, `rdmacm/src/shim.rs`): librdmacm cannot link the shim it loads.
+/// The two declarations must agree field by field, offset by offset, or events arrive garbled.
+#[test]
+fn the_private_cm_interface_matches_the_shims() {
+    use ibverbs::cm as s;
+    use rdmacm::shim as r;
+    use std::mem::{align_of, offset_of, size_of};
+    assert_eq!(r::ABI, s::ABI);
+    for (a, b) in [
+        (r::CONNECT_REQUEST, s::kind::CONNECT_REQUEST),
+        (r::CONNECT_RESPONSE, s::kind::CONNECT_RESPONSE),
+        (r::ESTABLISHED, s::kind::ESTABLISHED),
+        (r::REJECTED, s::kind::REJECTED),
+        (r::UNREACHABLE, s::kind::UNREACHABLE),
+        (r::DISCONNECTED, s::kind::DISCONNECTED),
+    ] {
+        assert_eq!(a, b);
+    }
+    macro_rules! same {
+        ($t:ident: $($f:ident),+) => {
+            assert_eq!(size_of::<r::$t>(), size_of::<s::$t>(), stringify!($t));
+            assert_eq!(align_of::<r::$t>(), align_of::<s::$t>(), stringify!($t));
+            $(assert_eq!(
+                offset_of!(r::$t, $f),
+                offset_of!(s::$t, $f),
+                concat!(stringify!($t), ".", stringify!($f))
+            );)+
+        };
+    }
+    same!(FfiQp: qpn, start_psn, responder_resources, initiator_depth, retry_count,
+        rnr_retry_count);
+    same!(FfiEvent: kind, id, peer, local_addr, port_space, port, peer_port, reason, qp,
+        pd_len, pd);
+}
