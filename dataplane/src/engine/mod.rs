@@ -332,18 +332,6 @@ impl Engine {
         &*self.transport
     }
 
-    /// The send and receive fault injectors' counters (zero without a fault layer).
-    pub fn fault_counters(&self) -> (FaultCounters, FaultCounters) {
-        let mut m = serde_json::Map::new();
-        self.io.stats(&mut m);
-        let get = |k: &str| {
-            m.get(k)
-                .and_then(|v| serde_json::from_value(v.clone()).ok())
-                .unwrap_or_default()
-        };
-        (get("fault_tx"), get("fault_rx"))
-    }
-
     /// Engine time (ns since the engine was created).
     pub fn now(&self) -> u64 {
         self.clock.now()
