@@ -75,6 +75,9 @@ impl Transport for Profiled {
     fn create_stream(&mut self, c: ConnId, l: u32, r: u32, pd: u32) -> Result<(), PostError> {
         self.0.create_stream(c, l, r, pd)
     }
+    fn destroy_stream(&mut self, c: ConnId, l: u32) -> Result<(), PostError> {
+        self.0.destroy_stream(c, l)
+    }
     fn post_send(&mut self, c: ConnId, s: u32, wr: SendWr) -> Result<(), PostError> {
         timed(4, || self.0.post_send(c, s, wr))
     }

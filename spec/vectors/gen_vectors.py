@@ -19,7 +19,7 @@ OPCODES = {
     "ATOMIC_RESP": 0x09, "ACK": 0x10, "NACK": 0x11, "ACK_MULTI": 0x12, "OPEN": 0x20, "OPEN_ACK": 0x21,
     "CLOSE": 0x22, "CLOSE_ACK": 0x23, "PROBE": 0x30, "PROBE_ACK": 0x31,
 }
-REASONS = {"REMOTE_ACCESS": 1, "INVALID_REQUEST": 2, "RNR": 3, "SEQUENCE": 4}
+REASONS = {"REMOTE_ACCESS": 1, "INVALID_REQUEST": 2, "RNR": 3, "SEQUENCE": 4, "REMOTE_OPERATION": 5}
 FLAG_NAMES = [(0x01, "ACK_REQ"), (0x02, "LAST"), (0x04, "RETX"), (0x08, "SOLICITED"),
               (0x10, "BACKLOG")]
 
@@ -443,6 +443,14 @@ base(v, "NACK", 0, 1, A)
 nack_body(v, 4000, 5, 11, "SEQUENCE", 0)
 v.seal()
 
+v = new("nack_remote_operation", """
+NACK RemoteOperation of PSN 12 on path 0: the SEND was valid but the receive it consumes names
+memory the responder's stream may not write (e.g. its region moved to another protection domain).
+""")
+base(v, "NACK", 0, 0, A)
+nack_body(v, 12, 5, 3, "REMOTE_OPERATION", 0)
+v.seal()
+
 v = new("nack_late", """
 Late NACK: path 255 (never a path index) and psn 0; a READ accepted earlier (A's stream 6,
 msn 10) could not be executed because its region was deregistered meanwhile.
@@ -708,9 +716,9 @@ base(v, "NACK", 0, 2, A, declare=False)
 nack_body(v, 41, 5, 9, 0, 0, declare=False)
 v.seal()
 
-v = inv("nack_reason_5", "NACK with reason 5 (unassigned).", "MALFORMED")
+v = inv("nack_reason_6", "NACK with reason 6 (unassigned).", "MALFORMED")
 base(v, "NACK", 0, 2, A, declare=False)
-nack_body(v, 41, 5, 9, 5, 0, declare=False)
+nack_body(v, 41, 5, 9, 6, 0, declare=False)
 v.seal()
 
 v = inv("open_zero_paths", "OPEN offering 0 paths.", "MALFORMED")

@@ -117,6 +117,7 @@ local NACK_REASONS = {
     [2] = "InvalidRequest",
     [3] = "ReceiverNotReady",
     [4] = "Sequence",
+    [5] = "RemoteOperation",
 }
 
 -- Checksum status values as Wireshark's own dissectors use them (PROTO_CHECKSUM_E_*).
@@ -506,7 +507,7 @@ local function dissect_nack(tvb, tree, st, path, info)
         if u32(tvb, 8) ~= 0 then st.note(tree, "late NACK with psn != 0") end
     end
     if not NACK_REASONS[reason] then
-        st.fail(r_item, 11, "MALFORMED", string.format("NACK reason %d is not 1..4", reason))
+        st.fail(r_item, 11, "MALFORMED", string.format("NACK reason %d is not 1..5", reason))
     elseif reason ~= 3 and tvb(21, 1):uint() ~= 0 then
         st.note(d_item, "rnr_delay must be 0 for reasons other than ReceiverNotReady")
     end

@@ -527,4 +527,116 @@ fn send_too_long_for_receive_buffer_is_refused() {
         before == snapshot(&st.sim, &[x]),
         "a refused SEND changed the receive buffer"
     );
+    // The responder's receive completes with a local length error and its stream is in
+    // Error (IBTA: the QP goes to the error state).
+    let recv = st
+        .sim
+        .host(B)
+        .completions
+        .iter()
+        .find(|c| c.wr_id == 1)
+        .map(|c| c.status);
+    assert_eq!(recv, Some(Status::LocalLength));
+    let again = st.sim.host_mut(B).ep.post_recv(
+        cb,
+        2,
+        RecvWr {
+            wr_id: 2,
+            sgl: sge(x, 0x30_000, 100),
+        },
+    );
+    assert!(again.is_err(), "a stream in Error accepted a receive");
+}
+
+/// A SEND whose receive names memory of another protection domain (e.g. a region moved by
+/// `ibv_rereg_mr`): a remote operational error at the requester, a local protection error on
+/// the responder's receive, the memory untouched, both streams in Error, and the WRs after it
+/// flushed (rdma-core's test_mr_rereg_pd / test_mr_rereg_addr, spec/transport.md §7.1).
+#[test]
+fn receive_outside_its_domain_is_a_remote_operational_error() {
+    for lossy in [false, true] {
+        let mut st = setup();
+        if lossy {
+            // NACKs are unreliable: a lost one is answered again when the SEND is resent.
+            st.sim
+                .set_all_link_faults(ferroce_sim::FaultConfig::loss(0.3));
+        }
+        st.sim
+            .host_mut(A)
+            .ep
+            .create_stream(st.conn_a, 2, 2, 3)
+            .unwrap();
+        st.sim
+            .host_mut(B)
+            .ep
+            .create_stream(st.conn_b, 2, 2, PD)
+            .unwrap();
+        let (ca, cb, local, o, x) = (st.conn_a, st.conn_b, st.local, st.other_pd, st.x);
+        let b = &mut st.sim.host_mut(B).ep;
+        b.post_recv(
+            cb,
+            2,
+            RecvWr {
+                wr_id: 1,
+                sgl: sge(o, 0x40_000, 3000),
+            },
+        )
+        .unwrap();
+        b.post_recv(
+            cb,
+            2,
+            RecvWr {
+                wr_id: 2,
+                sgl: sge(x, 0x30_000, 3000),
+            },
+        )
+        .unwrap();
+        let before = snapshot(&st.sim, &[o, x]);
+        for (id, len) in [(3u64, 2500u32), (4, 100)] {
+            st.sim
+                .host_mut(A)
+                .ep
+                .post_send(
+                    ca,
+                    2,
+                    SendWr {
+                        wr_id: id,
+                        op: SendOp::Send { imm: None },
+                        sgl: sge(local, 0x9_0000, len),
+                        signaled: true,
+                        solicited: false,
+                        fence: false,
+                    },
+                )
+                .unwrap();
+        }
+        st.sim.wake(A);
+        st.sim.run_until(200_000_000);
+        let status = |h: HostId, id: u64| {
+            st.sim
+                .host(h)
+                .completions
+                .iter()
+                .find(|c| c.wr_id == id)
+                .map(|c| c.status)
+        };
+        assert_eq!(status(A, 3), Some(Status::RemoteOperation), "lossy {lossy}");
+        assert_eq!(status(A, 4), Some(Status::Flushed), "lossy {lossy}");
+        assert_eq!(status(B, 1), Some(Status::LocalProtection), "lossy {lossy}");
+        assert_eq!(status(B, 2), Some(Status::Flushed), "lossy {lossy}");
+        assert!(
+            before == snapshot(&st.sim, &[o, x]),
+            "lossy {lossy}: memory changed"
+        );
+        let c = st
+            .sim
+            .host(B)
+            .native()
+            .unwrap()
+            .connection(cb)
+            .unwrap()
+            .counters;
+        assert_eq!(c.rx_local_errors, 1, "lossy {lossy}");
+        assert!(c.nacks_sent[NackReason::RemoteOperation as usize] >= 1);
+    }
 }

@@ -114,6 +114,9 @@ pub enum Status {
     RemoteAccess,
     /// The responder refused: unknown stream, malformed or unsupported request.
     RemoteInvalidRequest,
+    /// The responder could not carry out a valid request in its own memory (its receive
+    /// names memory it may not write): verbs `IBV_WC_REM_OP_ERR`.
+    RemoteOperation,
     /// The peer stopped answering (retry limit reached).
     RetryExceeded,
     /// RNR NACKs exceeded the retry count.
@@ -275,6 +278,10 @@ pub trait Transport {
         remote: u32,
         pd: u32,
     ) -> Result<(), PostError>;
+    /// Remove a stream (native) / a queue pair (RoCEv2) with everything it holds; its work
+    /// requests complete no more (verbs `IBV_QPS_RESET`: the QP's state is gone). The same
+    /// `local` id may then be created again, starting afresh.
+    fn destroy_stream(&mut self, c: ConnId, local: u32) -> Result<(), PostError>;
     fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError>;
     fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError>;
     /// A UDP datagram for this engine's port arrived, with everything the embedder knows

@@ -48,9 +48,13 @@ pub struct ConnCounters {
     pub time_losses: u64,
     pub rtos: u64,
     pub ecn_ce_received: u64,
-    pub nacks_sent: [u64; 5],
-    pub nacks_received: [u64; 5],
+    /// Indexed by the NACK's reason code (wire.md §2.11; index 0 unused).
+    pub nacks_sent: [u64; 6],
+    pub nacks_received: [u64; 6],
     pub remote_access_refused: u64,
+    /// Valid requests the responder could not carry out in its own memory (a receive too
+    /// short, or naming memory its stream may not write): its stream entered Error.
+    pub rx_local_errors: u64,
     pub rnr_waits: u64,
     /// ORDERED packets held until every earlier message of their stream was complete, and
     /// those dropped (not acknowledged: the requester resends) because the hold buffer was

@@ -579,6 +579,9 @@ impl crate::api::Transport for Endpoint {
     ) -> Result<(), PostError> {
         Endpoint::create_stream(self, c, local, remote, pd)
     }
+    fn destroy_stream(&mut self, c: ConnId, local: u32) -> Result<(), PostError> {
+        Endpoint::destroy_stream(self, c, local)
+    }
     fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError> {
         Endpoint::post_send(self, c, stream, wr)
     }

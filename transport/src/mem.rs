@@ -5,6 +5,7 @@
 //! domains and bounds; [`Regions`] is a safe, complete implementation backed by owned buffers
 //! (used by the simulator and tests; the verbs shim provides one over real registered memory).
 
+use crate::api::Sge;
 use rustc_hash::FxHashMap as HashMap;
 
 /// Access rights of a memory region (verbs `IBV_ACCESS_*` semantics).
@@ -53,13 +54,16 @@ impl AtomicOp {
     }
 }
 
-/// Registered memory as the core sees it. `pd` is the protection domain of the stream the
-/// request arrived on (the embedder's number; the core passes it through).
+/// Registered memory as the core sees it. `pd` is the protection domain of the stream (or
+/// queue pair) on whose behalf the access is made (the embedder's number; the core passes it
+/// through): local keys are checked against it as remote keys are, so a region re-registered
+/// into another domain is out of reach of the old domain's QPs (verbs semantics).
 pub trait Memory {
     /// Copy `buf.len()` bytes of local memory at `addr` under `lkey` into `buf`.
-    fn read_local(&mut self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
+    fn read_local(&mut self, pd: u32, lkey: u32, addr: u64, buf: &mut [u8])
+        -> Result<(), MemError>;
     /// Copy `data` into local memory at `addr` under `lkey` (needs LOCAL_WRITE).
-    fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError>;
+    fn write_local(&mut self, pd: u32, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError>;
     /// Check that `len` bytes at `addr` under `rkey` grant `access` to domain `pd`.
     fn check_remote(
         &mut self,
@@ -87,6 +91,71 @@ pub trait Memory {
         addr: u64,
         op: AtomicOp,
     ) -> Result<u64, MemError>;
+}
+
+/// Total length of a scatter/gather list.
+pub fn sgl_len(sgl: &[Sge]) -> u64 {
+    sgl.iter().map(|s| s.len as u64).sum()
+}
+
+/// Copy `buf.len()` bytes at message offset `off` out of a local scatter/gather list, each
+/// piece checked under domain `pd`. Fails if the list is shorter than `off + buf.len()`.
+pub fn sgl_read(
+    mem: &mut dyn Memory,
+    pd: u32,
+    sgl: &[Sge],
+    off: u64,
+    buf: &mut [u8],
+) -> Result<(), MemError> {
+    sgl_walk(sgl, off, buf.len(), |s, addr, r| {
+        mem.read_local(pd, s.lkey, addr, &mut buf[r])
+    })
+}
+
+/// Copy `data` to message offset `off` of a local scatter/gather list (each piece needs
+/// LOCAL_WRITE in domain `pd`). A failure part-way leaves the pieces before it written: the
+/// callers complete that receive or READ in error, whose buffer verbs leaves undefined.
+pub fn sgl_write(
+    mem: &mut dyn Memory,
+    pd: u32,
+    sgl: &[Sge],
+    off: u64,
+    data: &[u8],
+) -> Result<(), MemError> {
+    sgl_walk(sgl, off, data.len(), |s, addr, r| {
+        mem.write_local(pd, s.lkey, addr, &data[r])
+    })
+}
+
+/// Visit the pieces of `sgl` covering message bytes `[off, off + len)`: `f(sge, address,
+/// range of the caller's buffer)`.
+fn sgl_walk(
+    sgl: &[Sge],
+    mut off: u64,
+    len: usize,
+    mut f: impl FnMut(&Sge, u64, std::ops::Range<usize>) -> Result<(), MemError>,
+) -> Result<(), MemError> {
+    let mut done = 0usize;
+    for s in sgl {
+        if done == len {
+            break;
+        }
+        let l = s.len as u64;
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let n = ((l - off) as usize).min(len - done);
+        let addr = s.addr.checked_add(off).ok_or(MemError::OutOfBounds)?;
+        f(s, addr, done..done + n)?;
+        done += n;
+        off = 0;
+    }
+    if done == len {
+        Ok(())
+    } else {
+        Err(MemError::OutOfBounds)
+    }
 }
 
 /// One registered region backed by an owned buffer.
@@ -175,14 +244,20 @@ impl Regions {
 }
 
 impl Memory for Regions {
-    fn read_local(&mut self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        let (s, e) = self.check(None, lkey, addr, buf.len() as u64, 0)?;
+    fn read_local(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), MemError> {
+        let (s, e) = self.check(Some(pd), lkey, addr, buf.len() as u64, 0)?;
         buf.copy_from_slice(&self.regions[&lkey].data[s..e]);
         Ok(())
     }
 
-    fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        let (s, e) = self.check(None, lkey, addr, data.len() as u64, access::LOCAL_WRITE)?;
+    fn write_local(&mut self, pd: u32, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let (s, e) = self.check(Some(pd), lkey, addr, data.len() as u64, access::LOCAL_WRITE)?;
         self.region_mut(lkey).ok_or(MemError::UnknownKey)?.data[s..e].copy_from_slice(data);
         Ok(())
     }

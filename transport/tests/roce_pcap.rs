@@ -416,12 +416,12 @@ impl KeyedMem {
 }
 
 impl Memory for KeyedMem {
-    fn read_local(&mut self, k: u32, a: u64, buf: &mut [u8]) -> Result<(), MemError> {
+    fn read_local(&mut self, _: u32, k: u32, a: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let (s, e) = self.range(k, a, buf.len())?;
         buf.copy_from_slice(&self.0[&k].1[s..e]);
         Ok(())
     }
-    fn write_local(&mut self, k: u32, a: u64, data: &[u8]) -> Result<(), MemError> {
+    fn write_local(&mut self, _: u32, k: u32, a: u64, data: &[u8]) -> Result<(), MemError> {
         let (s, e) = self.range(k, a, data.len())?;
         self.0.get_mut(&k).unwrap().1[s..e].copy_from_slice(data);
         Ok(())
@@ -430,10 +430,10 @@ impl Memory for KeyedMem {
         self.range(k, a, l as usize).map(|_| ())
     }
     fn read_remote(&mut self, _: u32, k: u32, a: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        self.read_local(k, a, buf)
+        self.read_local(0, k, a, buf)
     }
     fn write_remote(&mut self, _: u32, k: u32, a: u64, data: &[u8]) -> Result<(), MemError> {
-        self.write_local(k, a, data)
+        self.write_local(0, k, a, data)
     }
     fn atomic_remote(&mut self, _: u32, _: u32, _: u64, _: AtomicOp) -> Result<u64, MemError> {
         Err(MemError::AccessDenied)

@@ -156,6 +156,7 @@ fn reason_by_name(s: &str) -> Option<NackReason> {
         "INVALID_REQUEST" => NackReason::InvalidRequest,
         "RNR" => NackReason::ReceiverNotReady,
         "SEQUENCE" => NackReason::Sequence,
+        "REMOTE_OPERATION" => NackReason::RemoteOperation,
         _ => return None,
     })
 }
@@ -552,7 +553,9 @@ fn wire_vectors() {
     assert_eq!(opcodes, all_ops, "every opcode needs a valid vector");
     assert_eq!(
         reasons,
-        (1..=4).collect::<BTreeSet<u8>>(),
+        (1..=255u8)
+            .filter(|&r| NackReason::from_u8(r).is_some())
+            .collect::<BTreeSet<u8>>(),
         "every NACK reason needs a vector"
     );
     for e in [

@@ -241,6 +241,9 @@ impl Transport for CmTransport {
     fn create_stream(&mut self, c: ConnId, l: u32, r: u32, pd: u32) -> Result<(), PostError> {
         self.inner.create_stream(c, l, r, pd)
     }
+    fn destroy_stream(&mut self, c: ConnId, l: u32) -> Result<(), PostError> {
+        self.inner.destroy_stream(c, l)
+    }
     fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError> {
         self.inner.post_send(c, stream, wr)
     }

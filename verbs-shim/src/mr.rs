@@ -374,19 +374,25 @@ pub unsafe fn copy_inline(addr: u64, len: usize, out: &mut Vec<u8>) {
 pub struct ShimMemory(pub SharedMrs);
 
 impl Memory for ShimMemory {
-    fn read_local(&mut self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+    fn read_local(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), MemError> {
         let t = self.0.read().unwrap_or_else(|p| p.into_inner());
-        let (r, off) = t.check(None, lkey, addr, buf.len() as u64, 0)?;
+        let (r, off) = t.check(Some(pd), lkey, addr, buf.len() as u64, 0)?;
         MrTable::copy_out(r, off, buf);
         Ok(())
     }
 
-    fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+    fn write_local(&mut self, pd: u32, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
         let mut t = self.0.write().unwrap_or_else(|p| p.into_inner());
         if lkey == crate::srq::SRQ_VKEY {
             return crate::srq::place(&mut t, addr, data);
         }
-        let (_, off) = t.check(None, lkey, addr, data.len() as u64, access::LOCAL_WRITE)?;
+        let (_, off) = t.check(Some(pd), lkey, addr, data.len() as u64, access::LOCAL_WRITE)?;
         let r = t.regions.get_mut(&lkey).ok_or(MemError::UnknownKey)?;
         MrTable::copy_in(r, off, data);
         Ok(())
@@ -561,8 +567,18 @@ mod tests {
         let mut m = ShimMemory(t.clone());
         m.write_remote(1, k, base + 8, &[1, 2, 3]).unwrap();
         let mut out = [0u8; 3];
-        m.read_local(k, base + 8, &mut out).unwrap();
+        m.read_local(1, k, base + 8, &mut out).unwrap();
         assert_eq!(out, [1, 2, 3]);
+        // Local keys are checked against the domain too (a region moved to another PD by
+        // ibv_rereg_mr is out of reach of the old PD's QPs).
+        assert_eq!(
+            m.read_local(2, k, base + 8, &mut out),
+            Err(MemError::WrongDomain)
+        );
+        assert_eq!(
+            m.write_local(2, k, base + 8, &[1]),
+            Err(MemError::WrongDomain)
+        );
         assert_eq!(
             m.write_remote(1, k, base + 62, &[1, 2, 3]),
             Err(MemError::OutOfBounds)
@@ -626,9 +642,9 @@ mod tests {
         );
         let o = t.write().unwrap().register_owned(3, 0x1000, vec![9, 8, 7]);
         let mut out = [0u8; 2];
-        m.read_local(o, 0x1001, &mut out).unwrap();
+        m.read_local(3, o, 0x1001, &mut out).unwrap();
         assert_eq!(out, [8, 7]);
-        assert!(m.write_local(o, 0x1000, &[1]).is_err());
+        assert!(m.write_local(3, o, 0x1000, &[1]).is_err());
         drop(m);
         assert_eq!(words[1], 1);
     }

@@ -13,7 +13,7 @@ use ferroce_dataplane::engine::{self, Command, Engine, EngineHandle, Output, Tra
 use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
 use ferroce_transport::roce::{QpParams, RoceConfig, RoceEndpoint};
 use ferroce_transport::{
-    Completion, CompletionOp, ConnId, Endpoint, Event, PostError, RecvWr, SendWr, Status, Transport,
+    Completion, CompletionOp, ConnId, Event, PostError, RecvWr, SendWr, Status, Transport,
 };
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -386,6 +386,7 @@ fn wc_status(s: Status) -> u32 {
         Status::LocalLength => sys::IBV_WC_LOC_LEN_ERR,
         Status::RemoteAccess => sys::IBV_WC_REM_ACCESS_ERR,
         Status::RemoteInvalidRequest => sys::IBV_WC_REM_INV_REQ_ERR,
+        Status::RemoteOperation => sys::IBV_WC_REM_OP_ERR,
         Status::RetryExceeded => sys::IBV_WC_RETRY_EXC_ERR,
         Status::RnrRetryExceeded => sys::IBV_WC_RNR_RETRY_EXC_ERR,
         Status::Flushed => sys::IBV_WC_WR_FLUSH_ERR,
@@ -665,22 +666,63 @@ pub fn request_stream(
     rx
 }
 
-/// Destroy a QP's stream (native; RoCEv2 QPs stay in the engine, idle). Unused:
-/// `ibv_destroy_qp` leaves streams in place so a peer's retransmissions are still answered.
-#[allow(dead_code)]
-pub fn release_stream(e: &EngineCtl, qp: &Arc<QpShared>) {
-    let (conn, qpn) = (lock(&qp.inner).conn, qp.qpn);
-    if let Some(conn) = conn {
-        e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
-            if let Some(ep) = t.as_any_mut().downcast_mut::<Endpoint>() {
-                let _ = ep.destroy_stream(conn, qpn);
-            }
-        }))));
+/// An RC QP moved to RESET: its stream (native) or engine QP (RoCEv2) goes, with every
+/// sequence number and error state it held, so the next RTR/RTS starts a fresh one (verbs:
+/// RESET forgets the QP's state; both ends of a connection are reset and re-connected).
+/// `ibv_destroy_qp` does not call this: it leaves streams in place so a peer's
+/// retransmissions are still answered.
+pub fn reset_stream(qp: &Arc<QpShared>) {
+    let conn = {
+        let mut inner = lock(&qp.inner);
+        inner.requested = false;
+        inner.conn.take()
+    };
+    // Not yet connected: it must not get a stream when the peer's connection arrives.
+    for w in lock(&global().conns).waiting.values_mut() {
+        w.retain(|q| !Arc::ptr_eq(q, qp));
+    }
+    let (Some(conn), Some(e)) = (conn, engine_if_running()) else {
+        return;
+    };
+    let qpn = qp.qpn;
+    let (done, rx) = crossbeam_channel::bounded(1);
+    e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
+        let r = t.destroy_stream(conn, qpn);
+        dbg_log!(
+            "QP {qpn:#x} reset: stream on connection {} destroyed: {r:?}",
+            conn.0
+        );
+        let _ = done.send(());
+    }))));
+    // The next RTR must not race the engine's removal (it would find the old stream).
+    if rx.recv_timeout(std::time::Duration::from_secs(5)).is_err() {
+        dbg_log!("QP {qpn:#x}: the engine did not reset the stream within 5 s");
     }
 }
 
 /// Flush every outstanding work request of `qp` (state ERR): WR_FLUSH_ERR completions.
 pub fn flush_qp(qp: &Arc<QpShared>) {
+    forget_wrs(qp, true);
+}
+
+/// `qp` moved to RESET: its outstanding work requests are dropped without completions and
+/// the completions of it not yet polled leave its CQs (what mlx4/mlx5 do with
+/// `mlx5_cq_clean` on RESET; rdma-core's tests rely on it when they restate a failed QP).
+pub fn discard_qp(qp: &Arc<QpShared>) {
+    forget_wrs(qp, false);
+    let qpn = qp.qpn;
+    for cq in [&qp.send_cq, &qp.recv_cq] {
+        let mut q = lock(&cq.q);
+        let before = q.len();
+        q.retain(|wc| wc.qp_num != qpn);
+        let gone = before - q.len();
+        if gone > 0 {
+            cq.n.fetch_sub(gone, Ordering::AcqRel);
+        }
+    }
+}
+
+fn forget_wrs(qp: &Arc<QpShared>, complete: bool) {
     let g = global();
     let mut metas: Vec<(u64, WrMeta)> = {
         let mut w = lock(&g.wrs);
@@ -715,6 +757,9 @@ pub fn flush_qp(qp: &Arc<QpShared>) {
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
                 .deregister(m.owned_key);
+        }
+        if !complete {
+            continue;
         }
         let opcode = if m.recv {
             sys::IBV_WC_RECV

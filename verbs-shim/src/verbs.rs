@@ -1201,8 +1201,11 @@ pub unsafe extern "C" fn ibv_modify_qp(
         drop(inner);
         // SAFETY: the application's live ibv_qp.
         unsafe { (*qp).state = new };
-        if (new == IBV_QPS_ERR || new == IBV_QPS_RESET) && cur != new {
+        if new == IBV_QPS_ERR && cur != new {
             state::flush_qp(st);
+        }
+        if new == IBV_QPS_RESET && cur != new {
+            state::discard_qp(st);
         }
         return 0;
     }
@@ -1286,7 +1289,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
         state::flush_qp(st);
     }
     if new == IBV_QPS_RESET && cur != IBV_QPS_RESET {
-        state::flush_qp(st);
+        state::discard_qp(st);
+        state::reset_stream(st);
     }
     0
 }

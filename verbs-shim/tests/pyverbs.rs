@@ -61,19 +61,7 @@ const RC_LOOPBACK: &[&str] = &[
 
 /// RC-loopback tests that fail over both devices (with the hairpin) for reasons in the
 /// transport crate, left out with the reason.
-const KNOWN: &[(&str, &str)] = &[
-    (
-        "tests.test_mr.MRTest.test_mr_rereg_addr",
-        "a receive into memory outside its MR is NAKed as an invalid request \
-         (IBV_WC_REM_INV_REQ_ERR); the suite wants IBV_WC_REM_OP_ERR, a status the transport \
-         does not have",
-    ),
-    (
-        "tests.test_mr.MRTest.test_mr_rereg_pd",
-        "a receive is placed without comparing its MR's PD with the QP's (the transport's \
-         Memory::write_local carries no PD)",
-    ),
-];
+const KNOWN: &[(&str, &str)] = &[];
 
 /// Accepted skip reasons (a prefix of the suite's message) and what the shim reports absent.
 const SKIPS: &[(&str, &str)] = &[

@@ -16,11 +16,17 @@ impl LockedMem<'_> {
 }
 
 impl Memory for LockedMem<'_> {
-    fn read_local(&mut self, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        self.get().read_local(lkey, addr, buf)
+    fn read_local(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), MemError> {
+        self.get().read_local(pd, lkey, addr, buf)
     }
-    fn write_local(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        self.get().write_local(lkey, addr, data)
+    fn write_local(&mut self, pd: u32, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.get().write_local(pd, lkey, addr, data)
     }
     fn check_remote(
         &mut self,

@@ -452,7 +452,7 @@ fn dissector_agrees_with_codec_on_every_vector() {
 /// with one bit flipped (all 8 bits in the base header, bit `offset % 8` elsewhere), once as
 /// is (a bad CRC, or an earlier check when the header breaks) and once with the trailer
 /// recomputed (so the flipped field meets checks 7-12); each byte plus and minus one, resealed
-/// (the boundaries: a length one short of offset + payload, mtu 63, paths 0, reason 0 and 5);
+/// (the boundaries: a length one short of offset + payload, mtu 63, paths 0, reason 0 and 6);
 /// every shorter length; and ACK_MULTI blocks with more than 4 SACK words.
 #[test]
 fn dissector_agrees_with_codec_on_mutated_vectors() {

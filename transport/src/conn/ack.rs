@@ -212,7 +212,9 @@ impl Connection {
                 if path == NO_PATH
                     && matches!(
                         n.reason,
-                        NackReason::RemoteAccess | NackReason::InvalidRequest
+                        NackReason::RemoteAccess
+                            | NackReason::InvalidRequest
+                            | NackReason::RemoteOperation
                     )
                 {
                     (n.stream, n.msn, None)
@@ -222,11 +224,11 @@ impl Connection {
             }
         };
         match n.reason {
-            NackReason::RemoteAccess | NackReason::InvalidRequest => {
-                let st = if n.reason == NackReason::RemoteAccess {
-                    Status::RemoteAccess
-                } else {
-                    Status::RemoteInvalidRequest
+            NackReason::RemoteAccess | NackReason::InvalidRequest | NackReason::RemoteOperation => {
+                let st = match n.reason {
+                    NackReason::RemoteAccess => Status::RemoteAccess,
+                    NackReason::RemoteOperation => Status::RemoteOperation,
+                    _ => Status::RemoteInvalidRequest,
                 };
                 if let Some(s) = self.streams.get_mut(&stream) {
                     s.fail_wr(msn, st);

@@ -4,7 +4,7 @@ use crate::api::*;
 use crate::bits::Bits;
 use crate::config::ConnConfig;
 use crate::counters::ConnCounters;
-use crate::mem::{access, AtomicOp, MemError, Memory};
+use crate::mem::{access, sgl_len, sgl_read, sgl_write, AtomicOp, Memory};
 use crate::path::{AckOutcome, ChunkRef, PathState, RxPath, RxVerdict, TxPath};
 use crate::wire::{
     self, flags, AckBlock, AckMultiRepr, AckMultiWriter, AckRepr, Body, CloseRepr, DataOp,
@@ -91,6 +91,16 @@ struct RxMsg {
     held: Vec<(u64, Vec<u8>)>,
 }
 
+/// The first request (in MSN order) a responder stream failed to carry out.
+#[derive(Clone, Copy, Debug)]
+struct RxErr {
+    msn: u32,
+    /// What the failed request's receive completes with.
+    status: Status,
+    /// What that request, and any resend of it, is NACKed with.
+    reason: NackReason,
+}
+
 #[derive(Clone, Copy, Debug)]
 enum RespKind {
     Read { rkey: u32, raddr: u64 },
@@ -122,6 +132,10 @@ struct Stream {
     cursor_msn: u32,
     cursor_chunk: u32,
     // responder
+    /// A request this stream accepted could not be carried out in its own memory (its
+    /// receive is too short or names memory the stream may not write): the responder side
+    /// is in Error from that message on (spec/transport.md §7.1).
+    rx_err: Option<RxErr>,
     rx_base_msn: u32,
     rx_msgs: HashMap<u32, RxMsg>,
     posted: VecDeque<RecvWr>,
@@ -345,66 +359,6 @@ fn late_nack(stream: u32, msn: u32) -> (u8, NackRepr) {
 
 fn nack_index(r: NackReason) -> usize {
     r as usize
-}
-
-/// Copy `buf.len()` bytes at message offset `off` out of an SG list.
-fn sgl_read(
-    mem: &mut dyn Memory,
-    sgl: &SgList,
-    mut off: u64,
-    buf: &mut [u8],
-) -> Result<(), MemError> {
-    let mut done = 0;
-    for s in sgl {
-        if done == buf.len() {
-            break;
-        }
-        if off >= s.len as u64 {
-            off -= s.len as u64;
-            continue;
-        }
-        let n = ((s.len as u64 - off) as usize).min(buf.len() - done);
-        mem.read_local(s.lkey, s.addr + off, &mut buf[done..done + n])?;
-        done += n;
-        off = 0;
-    }
-    if done == buf.len() {
-        Ok(())
-    } else {
-        Err(MemError::OutOfBounds)
-    }
-}
-
-/// Copy `data` to message offset `off` of an SG list.
-fn sgl_write(
-    mem: &mut dyn Memory,
-    sgl: &SgList,
-    mut off: u64,
-    data: &[u8],
-) -> Result<(), MemError> {
-    let mut done = 0;
-    for s in sgl {
-        if done == data.len() {
-            break;
-        }
-        if off >= s.len as u64 {
-            off -= s.len as u64;
-            continue;
-        }
-        let n = ((s.len as u64 - off) as usize).min(data.len() - done);
-        mem.write_local(s.lkey, s.addr + off, &data[done..done + n])?;
-        done += n;
-        off = 0;
-    }
-    if done == data.len() {
-        Ok(())
-    } else {
-        Err(MemError::OutOfBounds)
-    }
-}
-
-fn sgl_len(sgl: &SgList) -> u64 {
-    sgl.iter().map(|s| s.len as u64).sum()
 }
 
 impl Connection {

@@ -27,6 +27,7 @@ impl Connection {
                 wrs: VecDeque::new(),
                 cursor_msn: 0,
                 cursor_chunk: 0,
+                rx_err: None,
                 rx_base_msn: 0,
                 rx_msgs: HashMap::default(),
                 posted: VecDeque::new(),

@@ -132,6 +132,7 @@ impl Connection {
             return Verdict::Refuse(NackReason::InvalidRequest, 0);
         };
         let m = d.msg;
+        let pd = s.pd;
         // Responses to our own requests.
         match d.op {
             DataOp::ReadResp => {
@@ -148,7 +149,7 @@ impl Connection {
                         if !fits {
                             bad = true;
                         } else if !w.resp_got.get(ci) {
-                            if sgl_write(mem, &w.wr.sgl, m.offset as u64, d.payload).is_err() {
+                            if sgl_write(mem, pd, &w.wr.sgl, m.offset as u64, d.payload).is_err() {
                                 s.fail_wr(m.msn, Status::LocalProtection);
                             } else {
                                 w.resp_got.set(ci);
@@ -169,7 +170,7 @@ impl Connection {
                         && matches!(w.wr.op, SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. })
                         && !w.resp_got.get(0)
                     {
-                        if sgl_write(mem, &w.wr.sgl, 0, &orig.to_ne_bytes()).is_err() {
+                        if sgl_write(mem, pd, &w.wr.sgl, 0, &orig.to_ne_bytes()).is_err() {
                             s.fail_wr(m.msn, Status::LocalProtection);
                         } else {
                             w.resp_got.set(0);
@@ -188,6 +189,19 @@ impl Connection {
         }
         if rel as u32 >= window {
             return Verdict::Refuse(NackReason::Sequence, 0);
+        }
+        if let Some(e) = s.rx_err {
+            // From the failed message on, the responder side is in Error: the failed
+            // message (a resend of it, too) keeps its reason, later ones are refused as
+            // operations it can no longer carry out. Earlier messages go on as usual.
+            let from = m.msn.wrapping_sub(s.rx_base_msn);
+            let at = e.msn.wrapping_sub(s.rx_base_msn);
+            if from == at {
+                return Verdict::Refuse(e.reason, 0);
+            }
+            if from > at {
+                return Verdict::Refuse(NackReason::RemoteOperation, 0);
+            }
         }
         if !m.offset.is_multiple_of(mtu) {
             return Verdict::Refuse(NackReason::InvalidRequest, 0);
@@ -269,7 +283,6 @@ impl Connection {
                 return Verdict::Accept; // this chunk arrived before under another PSN
             }
         }
-        let pd = s.pd;
         // A receive is needed for SEND and WRITE with immediate.
         let recv_index = |s: &Stream, rsn: u32| -> Option<usize> {
             let base = s.rx_base_rsn();
@@ -286,11 +299,30 @@ impl Connection {
                     return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
                 };
                 let recv = &s.posted[i];
-                if m.length as u64 > sgl_len(&recv.sgl) {
-                    return Verdict::Refuse(NackReason::InvalidRequest, 0);
-                }
-                if sgl_write(mem, &recv.sgl, m.offset as u64, d.payload).is_err() {
-                    return Verdict::Refuse(NackReason::InvalidRequest, 0);
+                // A valid SEND that its receive cannot hold fails that receive and puts the
+                // responder side in Error (IBTA: a too-short receive is an invalid request,
+                // a receive naming memory the QP may not write a remote operational error).
+                let failed = if m.length as u64 > sgl_len(&recv.sgl) {
+                    Some((Status::LocalLength, NackReason::InvalidRequest))
+                } else if sgl_write(mem, pd, &recv.sgl, m.offset as u64, d.payload).is_err() {
+                    Some((Status::LocalProtection, NackReason::RemoteOperation))
+                } else {
+                    None
+                };
+                if let Some((status, reason)) = failed {
+                    self.counters.rx_local_errors += 1;
+                    let e = RxErr {
+                        msn: m.msn,
+                        status,
+                        reason,
+                    };
+                    let rel = |x: u32| x.wrapping_sub(s.rx_base_msn);
+                    if s.rx_err.is_none_or(|o| rel(m.msn) < rel(o.msn)) {
+                        s.rx_err = Some(e);
+                    }
+                    let st = d.msg.stream;
+                    self.deliver_requests(now, st, mem);
+                    return Verdict::Refuse(reason, 0);
                 }
             }
             RxKind::Write | RxKind::WriteImm { .. } => {
@@ -395,8 +427,27 @@ impl Connection {
         let Some(s) = self.streams.get_mut(&local) else {
             return;
         };
+        let mut failed = false;
         loop {
             let base = s.rx_base_msn;
+            if let Some(e) = s.rx_err.filter(|e| e.msn == base) {
+                // Every earlier message is retired: the failed one's receive completes with
+                // its error, and the stream enters Error (flushing the rest, both ways).
+                if let Some(r) = s.posted.pop_front() {
+                    s.consumed_rsn = s.consumed_rsn.wrapping_add(1);
+                    self.completions.push_back(Completion {
+                        conn,
+                        stream: local,
+                        wr_id: r.wr_id,
+                        status: e.status,
+                        op: CompletionOp::Recv,
+                        byte_len: 0,
+                        imm: None,
+                    });
+                }
+                failed = true;
+                break;
+            }
             let Some(msg) = s.rx_msgs.get_mut(&base) else {
                 break;
             };
@@ -489,6 +540,9 @@ impl Connection {
                     }
                 }
             }
+        }
+        if failed {
+            self.flush_stream(local);
         }
     }
 }

@@ -272,7 +272,7 @@ impl Connection {
         // Work out the headers and where the payload comes from.
         enum Src {
             None,
-            Local(SgList, u64),
+            Local(SgList, u64, u32),
             Remote(u32, u32, u64),
         }
         let (stream_id, msg, op, plen, src, solicited, ordered) = match chunk {
@@ -335,7 +335,7 @@ impl Connection {
                     _ => msg,
                 };
                 let src = if plen > 0 {
-                    Src::Local(w.wr.sgl.clone(), off as u64)
+                    Src::Local(w.wr.sgl.clone(), off as u64, s.pd)
                 } else {
                     Src::None
                 };
@@ -442,7 +442,7 @@ impl Connection {
         let dst = &mut buf[h..h + plen as usize];
         let read = match src {
             Src::None => Ok(()),
-            Src::Local(sgl, off) => sgl_read(mem, &sgl, off, dst),
+            Src::Local(sgl, off, pd) => sgl_read(mem, pd, &sgl, off, dst),
             Src::Remote(rkey, pd, addr) => mem.read_remote(pd, rkey, addr, dst),
         };
         if read.is_err() {

@@ -132,6 +132,22 @@ impl RoceEndpoint {
         Ok(())
     }
 
+    /// Remove QP `qpn` of connection `c` with its queues (verbs RESET): packets for it are
+    /// then dropped as for an unknown QP, and the QPN may be created again.
+    pub fn destroy_qp(&mut self, c: ConnId, qpn: u32) -> Result<(), PostError> {
+        let i = self.qp_index(c, qpn)?;
+        let peer = self.qps[i].peer;
+        self.by_key.remove(&(peer, qpn));
+        self.qps.swap_remove(i);
+        if let Some(moved) = self.qps.get(i) {
+            self.by_key.insert((moved.peer, moved.local_qpn), i);
+        }
+        if self.rr >= self.qps.len() {
+            self.rr = 0;
+        }
+        Ok(())
+    }
+
     /// Create an RC QP with the configured (or derived) initial PSNs.
     pub fn create_stream(
         &mut self,
@@ -412,10 +428,22 @@ impl RoceEndpoint {
 struct NoMemory;
 
 impl Memory for NoMemory {
-    fn read_local(&mut self, _: u32, _: u64, _: &mut [u8]) -> Result<(), crate::mem::MemError> {
+    fn read_local(
+        &mut self,
+        _: u32,
+        _: u32,
+        _: u64,
+        _: &mut [u8],
+    ) -> Result<(), crate::mem::MemError> {
         Err(crate::mem::MemError::UnknownKey)
     }
-    fn write_local(&mut self, _: u32, _: u64, _: &[u8]) -> Result<(), crate::mem::MemError> {
+    fn write_local(
+        &mut self,
+        _: u32,
+        _: u32,
+        _: u64,
+        _: &[u8],
+    ) -> Result<(), crate::mem::MemError> {
         Err(crate::mem::MemError::UnknownKey)
     }
     fn check_remote(
@@ -490,6 +518,9 @@ impl Transport for RoceEndpoint {
         pd: u32,
     ) -> Result<(), PostError> {
         RoceEndpoint::create_stream(self, c, local, remote, pd)
+    }
+    fn destroy_stream(&mut self, c: ConnId, local: u32) -> Result<(), PostError> {
+        RoceEndpoint::destroy_qp(self, c, local)
     }
     fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError> {
         RoceEndpoint::post_send(self, c, stream, wr)

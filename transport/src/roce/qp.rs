@@ -8,7 +8,7 @@ use super::wire::{
 };
 use super::{RoceConfig, RoceCounters};
 use crate::api::*;
-use crate::mem::{access, AtomicOp, MemError, Memory};
+use crate::mem::{access, sgl_len, sgl_read, sgl_write, AtomicOp, MemError, Memory};
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
@@ -212,62 +212,6 @@ pub(crate) struct Qp {
     resp: Responder,
     /// Alternates READ responses and requests when both have packets.
     prefer_req: bool,
-}
-
-fn sgl_len(sgl: &SgList) -> u64 {
-    sgl.iter().map(|s| s.len as u64).sum()
-}
-
-/// Read `out.len()` bytes at byte offset `off` of a local SG list.
-fn sgl_read(mem: &mut dyn Memory, sgl: &SgList, off: u32, out: &mut [u8]) -> Result<(), MemError> {
-    let mut off = off as u64;
-    let mut done = 0usize;
-    for s in sgl {
-        if done == out.len() {
-            break;
-        }
-        let l = s.len as u64;
-        if off >= l {
-            off -= l;
-            continue;
-        }
-        let take = ((l - off) as usize).min(out.len() - done);
-        mem.read_local(
-            s.lkey,
-            s.addr.wrapping_add(off),
-            &mut out[done..done + take],
-        )?;
-        done += take;
-        off = 0;
-    }
-    if done < out.len() {
-        return Err(MemError::OutOfBounds);
-    }
-    Ok(())
-}
-
-/// Write `data` at byte offset `off` of a local SG list.
-fn sgl_write(mem: &mut dyn Memory, sgl: &SgList, off: u32, data: &[u8]) -> Result<(), MemError> {
-    let mut off = off as u64;
-    let mut done = 0usize;
-    for s in sgl {
-        if done == data.len() {
-            break;
-        }
-        let l = s.len as u64;
-        if off >= l {
-            off -= l;
-            continue;
-        }
-        let take = ((l - off) as usize).min(data.len() - done);
-        mem.write_local(s.lkey, s.addr.wrapping_add(off), &data[done..done + take])?;
-        done += take;
-        off = 0;
-    }
-    if done < data.len() {
-        return Err(MemError::OutOfBounds);
-    }
-    Ok(())
 }
 
 impl Qp {
@@ -735,6 +679,7 @@ impl Qp {
         }
         let status = match code {
             NakCode::RemoteAccessError => Status::RemoteAccess,
+            NakCode::RemoteOperationalError => Status::RemoteOperation,
             _ => Status::RemoteInvalidRequest,
         };
         let idx = self.req.sq.iter().position(|w| w.contains(p));
@@ -805,7 +750,7 @@ impl Qp {
             ctx.counters.rx_malformed += 1;
             return;
         }
-        if sgl_write(ctx.mem, &w.wr.sgl, off, pkt.payload).is_err() {
+        if sgl_write(ctx.mem, self.pd, &w.wr.sgl, off as u64, pkt.payload).is_err() {
             self.enter_error(ctx, Some(0), Status::LocalProtection);
             return;
         }
@@ -835,7 +780,7 @@ impl Qp {
         let Some(orig) = pkt.ext.atomic_ack else {
             return;
         };
-        if sgl_write(ctx.mem, &w.wr.sgl, 0, &orig.to_ne_bytes()).is_err() {
+        if sgl_write(ctx.mem, self.pd, &w.wr.sgl, 0, &orig.to_ne_bytes()).is_err() {
             self.enter_error(ctx, Some(0), Status::LocalProtection);
             return;
         }
@@ -992,7 +937,7 @@ impl Qp {
             self.responder_fatal(ctx, NakCode::InvalidRequest, p);
             return;
         }
-        if sgl_write(ctx.mem, &wqe.sgl, *offset, pkt.payload).is_err() {
+        if sgl_write(ctx.mem, self.pd, &wqe.sgl, *offset as u64, pkt.payload).is_err() {
             let id = wqe.wr_id;
             self.resp.in_msg = InMsg::None;
             self.recv_completion(ctx, id, Status::LocalProtection, CompletionOp::Recv);
@@ -1514,7 +1459,7 @@ impl Qp {
                 let cur = self.req.cur;
                 if plen > 0 {
                     let sgl = &self.req.sq[cur].wr.sgl;
-                    if sgl_read(ctx.mem, sgl, off, &mut buf[h..h + plen]).is_err() {
+                    if sgl_read(ctx.mem, self.pd, sgl, off as u64, &mut buf[h..h + plen]).is_err() {
                         self.enter_error(ctx, Some(cur), Status::LocalProtection);
                         return None;
                     }

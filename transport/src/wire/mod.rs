@@ -372,6 +372,11 @@ pub enum NackReason {
     ReceiverNotReady = 3,
     /// PSN outside the receiver's 256-packet window or message outside its stream window.
     Sequence = 4,
+    /// A valid request the responder could not carry out in its own memory: the receive it
+    /// consumes names memory its stream may not write (key, bounds, access or protection
+    /// domain). The responder's stream is in Error from then on (IBTA's Remote Operational
+    /// Error; verbs `IBV_WC_REM_OP_ERR` at the requester).
+    RemoteOperation = 5,
 }
 
 impl NackReason {
@@ -381,6 +386,7 @@ impl NackReason {
             2 => NackReason::InvalidRequest,
             3 => NackReason::ReceiverNotReady,
             4 => NackReason::Sequence,
+            5 => NackReason::RemoteOperation,
             _ => return None,
         })
     }
