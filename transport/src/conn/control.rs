@@ -80,7 +80,7 @@ impl Connection {
                     self.fail_connection();
                     return None;
                 }
-                self.ctrl_at = Some(now + (self.cfg.open_rto_ns << (self.ctrl_tries - 1).min(3)));
+                self.ctrl_at = Some(now + (self.cfg.open_rto_ns << (self.ctrl_tries - 1).min(8)));
                 if matches!(c, Ctrl::Open) {
                     (Body::Open(self.open_repr()), 0, port0, 0)
                 } else {
