@@ -369,6 +369,47 @@ pub unsafe fn copy_inline(addr: u64, len: usize, out: &mut Vec<u8>) {
     }
 }
 
+/// Whether every page of `addr .. addr + len` is mapped in this process. The kernel pins an
+/// MR's pages at registration and refuses a range that is not mapped (EFAULT); the shim copies
+/// to and from the application's memory directly, so it must refuse such a range too, or a
+/// peer's WRITE would fault the process.
+pub fn mapped(addr: u64, len: u64) -> bool {
+    if len == 0 {
+        return true;
+    }
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
+    let start = addr & !(page - 1);
+    let Some(end) = end.checked_add(page - 1).map(|e| e & !(page - 1)) else {
+        return false;
+    };
+    // One residency byte per page; check in slices so a huge range needs little memory.
+    const SLICE: u64 = 1 << 16;
+    let mut vec = vec![0u8; SLICE as usize];
+    let mut at = start;
+    while at < end {
+        let pages = ((end - at) / page).min(SLICE);
+        // SAFETY: mincore only reads the page tables of `at .. at + pages * page` (page
+        // aligned) and writes `pages` bytes into `vec`, which holds SLICE >= pages bytes. It
+        // fails with ENOMEM if any page of the range is not mapped.
+        let r = unsafe {
+            libc::mincore(
+                at as usize as *mut libc::c_void,
+                (pages * page) as usize,
+                vec.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return false;
+        }
+        at += pages * page;
+    }
+    true
+}
+
 /// [`Memory`] for the engine: the shared table, locked per access.
 #[derive(Debug, Clone)]
 pub struct ShimMemory(pub SharedMrs);

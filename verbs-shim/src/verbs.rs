@@ -607,6 +607,9 @@ unsafe fn reg_mr(
             "ibv_reg_mr: remote write/atomic without local write",
         );
     }
+    if !crate::mr::mapped(addr as u64, len as u64) {
+        return fail(libc::EFAULT, "ibv_reg_mr: the range is not mapped memory");
+    }
     // SAFETY: pd is a live PD.
     let (ctx, handle) = unsafe { ((*pd).context, (*pd).handle) };
     let key = global()
@@ -970,6 +973,9 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint) {
 pub struct Qp {
     pub qp: ibv_qp,
     pub st: Arc<QpShared>,
+    /// Scatter/gather entries a work request may carry (send, receive), as created: more is
+    /// EINVAL at post (rxe's and mlx5's answer).
+    pub max_sge: (u32, u32),
 }
 
 /// # Safety
@@ -1056,6 +1062,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     let mut qp = Box::new(Qp {
         qp: unsafe { std::mem::zeroed() },
         st,
+        max_sge: (a.cap.max_send_sge.max(1), a.cap.max_recv_sge.max(1)),
     });
     qp.qp.context = c;
     qp.qp.qp_context = a.qp_context;
@@ -1482,6 +1489,10 @@ unsafe extern "C" fn op_post_send(
     while !wr.is_null() {
         // SAFETY: the caller's work request chain.
         let w = unsafe { &*wr };
+        if w.num_sge < 0 || w.num_sge as u32 > q.max_sge.0 {
+            set_bad(wr);
+            return libc::EINVAL;
+        }
         let Some(mut sgl) = sg_list(w.sg_list, w.num_sge) else {
             set_bad(wr);
             return libc::EINVAL;
@@ -1605,7 +1616,8 @@ unsafe extern "C" fn op_post_recv(
     while !wr.is_null() {
         // SAFETY: the caller's work request chain.
         let w = unsafe { &*wr };
-        let Some(sgl) = sg_list(w.sg_list, w.num_sge) else {
+        let too_many = w.num_sge < 0 || w.num_sge as u32 > q.max_sge.1;
+        let Some(sgl) = sg_list(w.sg_list, w.num_sge).filter(|_| !too_many) else {
             if !bad.is_null() {
                 // SAFETY: as above.
                 unsafe { *bad = wr };
@@ -2097,6 +2109,12 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
     if translation && (addr.is_null() || len == 0) {
         return input("CHANGE_TRANSLATION needs an address and a length");
+    }
+    if translation && !crate::mr::mapped(addr as u64, len as u64) {
+        // The kernel's answer when it cannot pin the new range (rdma-core: ERR_CMD + errno).
+        dbg_log!("ibv_rereg_mr: the new range is not mapped memory");
+        set_errno(libc::EFAULT);
+        return IBV_REREG_MR_ERR_CMD;
     }
     if flags & IBV_REREG_MR_CHANGE_PD != 0 && pd.is_null() {
         return input("CHANGE_PD needs a PD");

@@ -215,35 +215,6 @@ fn prerequisites() -> Result<(), String> {
     Ok(())
 }
 
-/// Reflect every frame arriving on `ifname` in namespace `ns` back out of it (a hairpin);
-/// false (with the reason printed) if tc cannot.
-fn hairpin(ns: &str, ifname: &str) -> bool {
-    let tc = |args: &[&str]| {
-        Command::new("ip")
-            .args(["netns", "exec", ns, "tc"])
-            .args(args)
-            .output()
-            .map_err(|e| e.to_string())
-            .and_then(|o| {
-                if o.status.success() {
-                    Ok(())
-                } else {
-                    Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
-                }
-            })
-    };
-    let r = tc(&["qdisc", "add", "dev", ifname, "ingress"]).and_then(|_| {
-        tc(&[
-            "filter", "add", "dev", ifname, "parent", "ffff:", "protocol", "all", "u32", "match",
-            "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifname,
-        ])
-    });
-    if let Err(e) = &r {
-        eprintln!("NOTE: no hairpin ({e}): the RC-loopback tests are left out");
-    }
-    r.is_ok()
-}
-
 /// `run_tests.py` with the shim in namespace `ns`, engine on interface `ifname`.
 fn suite_cmd(ns: &str, ifname: &str, libs: &Path, args: &[String]) -> Command {
     let mut c = Command::new("ip");
@@ -326,7 +297,7 @@ fn rdma_core_tests_over_both_devices() {
     let libs = abi::lib_dir("pyverbs");
     let pair = VethPair::create("p", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
     let (ns, ifname) = (pair.ns[0].clone(), pair.ifname[0].clone());
-    let hairpin = hairpin(&pair.ns[1], &pair.ifname[1]);
+    let hairpin = abi::hairpin(&pair.ns[1], &pair.ifname[1]);
 
     // The suite's own list of test names (loads every module through the shim).
     let list = run(
