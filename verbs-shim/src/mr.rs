@@ -258,6 +258,11 @@ impl MrTable {
         }
     }
 
+    /// The protection domain of a QP's domain (`None` for an unknown one).
+    pub fn domain_pd(&self, id: u32) -> Option<u32> {
+        self.domains.get(&id).map(|d| d.pd)
+    }
+
     /// The QP's `qp_access_flags` (0 for an unknown domain).
     pub fn domain_access(&self, id: u32) -> u32 {
         self.domains.get(&id).map(|d| d.access).unwrap_or(0)

@@ -461,6 +461,13 @@ fn complete(c: Completion, t: &mut dyn Transport) {
             .deregister(meta.owned_key);
     }
     if c.status != Status::Success {
+        dbg_log!(
+            "QP {:#x}: work request {} completed with {:?} ({:?})",
+            meta.qp.qpn,
+            meta.app_wr_id,
+            c.status,
+            c.op
+        );
         set_qp_error(&meta.qp);
     }
     if c.status == Status::Success && !meta.signaled {

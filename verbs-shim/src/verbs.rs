@@ -1553,11 +1553,11 @@ unsafe extern "C" fn op_post_send(
                 unsafe { copy_inline(s.addr, s.len as usize, &mut data) };
             }
             let base = 0x1000u64;
-            owned_key = global()
-                .mrs
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .register_owned(st.pd, base, data);
+            let mut mrs = global().mrs.write().unwrap_or_else(|p| p.into_inner());
+            // In the QP's protection domain: the engine reads it under the QP's domain.
+            let pd = mrs.domain_pd(st.pd).unwrap_or(st.pd);
+            owned_key = mrs.register_owned(pd, base, data);
+            drop(mrs);
             sgl = SgList::new();
             sgl.push(Sge {
                 lkey: owned_key,

@@ -290,6 +290,26 @@ int main(int argc, char **argv)
 	st = one_op(ctx, pd, pd, IBV_WR_SEND, buf, 0, mr->lkey, buf2, 16, mr2->lkey, 0, 0, &rs);
 	check(st == IBV_WC_SUCCESS && rs == IBV_WC_SUCCESS, "zero-length SEND: success both ends");
 
+	/* Inline data is copied at post time: no lkey, any memory (the shim's copy must be in the
+	 * QP's protection domain). */
+	{
+		struct pair p;
+		struct ibv_wc wc;
+		check(!make_pair(ctx, pd, pd, &p), "pair for an inline SEND");
+		char msg[64] = "inline payload";
+		struct ibv_sge s = { .addr = (uintptr_t)msg, .length = sizeof msg, .lkey = 0 };
+		struct ibv_send_wr w = { .wr_id = 5, .sg_list = &s, .num_sge = 1,
+					 .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *bad;
+		memset(buf2, 0, 64);
+		check(!post_recv(p.b, 6, buf2, 64, mr2->lkey) && !ibv_post_send(p.a, &w, &bad),
+		      "inline SEND posted");
+		int ok = poll_one(p.cq_a, &wc, 10) && wc.status == IBV_WC_SUCCESS;
+		ok = ok && poll_one(p.cq_b, &wc, 10) && wc.status == IBV_WC_SUCCESS;
+		check(ok && !memcmp(buf2, msg, sizeof msg), "inline SEND delivered");
+		free_pair(&p);
+	}
+
 	/* --- Memory deregistered while in use --- */
 	{
 		struct pair p;
