@@ -65,12 +65,12 @@ pub struct ConnConfig {
     /// `ack_every / 2` packets unacknowledged ("riders", acknowledged early;
     /// spec/transport.md §6.2).
     pub ack_multi_riders: bool,
-    /// OPEN / CLOSE resend interval (ns), doubled after each try up to 8 times this.
+    /// OPEN / CLOSE resend interval (ns), doubled after each try up to 256 times this.
     pub open_rto_ns: u64,
     /// OPEN / CLOSE tries before the connection fails.
     pub open_tries: u32,
-    /// Consecutive RTOs, while no path is Good and nothing makes progress, before the
-    /// connection fails.
+    /// Consecutive RTOs of a path, while no path is Good and nothing makes progress, before
+    /// the connection fails.
     pub retry_limit: u32,
     /// RNR NACKs tolerated per work request; 7 means retry forever (IBTA).
     pub rnr_retry: u8,

@@ -221,8 +221,11 @@ impl Connection {
                     // The connection is stuck only while no path is Good: a dying path whose
                     // siblings still work (or are being re-routed to working routes) is the
                     // path layer's business, not a reason to give up.
+                    // Rounds of back-off, not expiries summed over paths (spec/transport.md
+                    // §5.4): 16 paths timing out twice must not fail a connection whose peer
+                    // was only descheduled for a millisecond.
                     if !self.paths.iter().any(|p| p.state == PathState::Good) {
-                        self.no_progress_rtos += 1;
+                        self.no_progress_rtos = self.no_progress_rtos.max(self.paths[i].rto_count);
                     }
                     if self.no_progress_rtos >= self.cfg.retry_limit {
                         self.fail_connection();
