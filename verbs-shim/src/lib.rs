@@ -7,6 +7,7 @@
 //! - [`state`]: CQs, QPs, work in flight, connections and the engine.
 //! - [`mr`]: the memory-region table, the one module that touches application memory.
 //! - [`config`]: the engine's configuration from the environment.
+//! - [`device`]: device names, node GUIDs and what GIDs name (what libraries read beside verbs).
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
 //! - [`cm`]: the connection manager beside the native engine, and the private interface
@@ -19,6 +20,7 @@
 pub mod bench;
 pub mod cm;
 pub mod config;
+pub mod device;
 pub mod exports;
 pub mod mr;
 pub mod srq;

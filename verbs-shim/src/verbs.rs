@@ -71,20 +71,23 @@ fn devices() -> &'static [usize; 2] {
                 dev: ibv_device::default(),
                 mode,
                 index: i as c_int,
-                // Node GUID from the local address (EUI-64 style, "fe:ce" in the middle).
-                guid: {
-                    let ip = crate::config::local_ip().map(u32::from).unwrap_or(0) as u64;
-                    0x0200_fece_0000_0000 | (ip << 8) | i as u64
-                },
+                // Node GUID from the local address (GID 0 names the host through it).
+                guid: crate::device::node_guid(
+                    crate::config::local_ip().unwrap_or(Ipv4Addr::UNSPECIFIED),
+                    i,
+                ),
                 name: DEVICE_NAMES[i],
             });
             d.dev.node_type = IBV_NODE_CA;
             d.dev.transport_type = IBV_TRANSPORT_IB;
             fill(&mut d.dev.name, DEVICE_NAMES[i]);
-            fill(&mut d.dev.dev_name, &format!("uverbs{i}"));
+            fill(&mut d.dev.dev_name, &crate::device::uverbs_name(i));
             fill(
                 &mut d.dev.dev_path,
-                &format!("/sys/class/infiniband_verbs/uverbs{i}"),
+                &format!(
+                    "/sys/class/infiniband_verbs/{}",
+                    crate::device::uverbs_name(i)
+                ),
             );
             fill(
                 &mut d.dev.ibdev_path,
@@ -1136,11 +1139,7 @@ pub(crate) fn peer_of(ah: &ibv_ah_attr) -> Option<Ipv4Addr> {
         return None;
     }
     // SAFETY: reading the raw bytes of a plain-data union.
-    let raw = unsafe { ah.grh.dgid.raw };
-    if raw[..10].iter().any(|&b| b != 0) || raw[10] != 0xff || raw[11] != 0xff {
-        return None;
-    }
-    Some(Ipv4Addr::new(raw[12], raw[13], raw[14], raw[15]))
+    crate::device::ip_of_gid(&unsafe { ah.grh.dgid.raw })
 }
 
 #[export_name = "ferroce_v_ibv_modify_qp"]
@@ -1217,8 +1216,9 @@ pub unsafe extern "C" fn ibv_modify_qp(
     if new == IBV_QPS_RTR && cur == IBV_QPS_INIT {
         let Some(peer) = peer_of(&a.ah_attr) else {
             eprintln!(
-                "ferroce verbs: QP {:#x}: the address vector needs a global route to an \
-                 IPv4-mapped GID (::ffff:a.b.c.d, GID index 1; e.g. ibv_rc_pingpong -g 1)",
+                "ferroce verbs: QP {:#x}: the address vector needs a global route to a \
+                 ferroce GID (::ffff:a.b.c.d, GID index 1, e.g. ibv_rc_pingpong -g 1; or the \
+                 device's fe80:: GID, index 0)",
                 st.qpn
             );
             return libc::EINVAL;
