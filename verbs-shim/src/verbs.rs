@@ -1248,7 +1248,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     }
     drop(inner);
     if request {
-        if let (Some(e), Some(peer)) = (state::engine_if_running(), peer) {
+        if let (Some(e), Some(peer)) = (state::running(st.mode), peer) {
             // Return only once the engine has the stream: the application tells its peer it
             // is ready as soon as this returns, and the peer's first request must not reach
             // an engine that has not yet run the command (native: the request is refused as
@@ -1276,7 +1276,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             inner.requested = true;
             let peer = inner.peer;
             drop(inner);
-            if let (Some(e), Some(peer)) = (state::engine_if_running(), peer) {
+            if let (Some(e), Some(peer)) = (state::running(st2.mode), peer) {
                 dbg_log!("QP {:#x} stays in RTR: responder only", st2.qpn);
                 state::request_stream(e, st2, peer);
             }
@@ -1389,7 +1389,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // Work still in flight completes into nothing.
     let g = global();
     lock(&g.wrs).retain(|_, m| !Arc::ptr_eq(&m.qp, &b.st));
-    lock(&g.conns)
+    state::conns(b.st.mode)
         .waiting
         .values_mut()
         .for_each(|v| v.retain(|q| !Arc::ptr_eq(q, &b.st)));
@@ -1429,7 +1429,7 @@ pub(crate) fn submit(q: &Arc<QpShared>, p: Pending) {
     match inner.conn {
         Some(conn) => {
             drop(inner);
-            let Some(e) = state::engine_if_running() else {
+            let Some(e) = state::running(q.mode) else {
                 return;
             };
             let cmd = match p {
@@ -1805,7 +1805,10 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     });
     // A UD peer: its datagram stream is set up now, before the first send.
     if let Some(peer) = peer_of(&ah.attr) {
-        crate::ud::warm(peer);
+        // SAFETY: the PD's context is one this library opened.
+        if let Some(ctx) = unsafe { ctx_of((*pd).context) } {
+            crate::ud::warm(peer, ctx.dev.mode);
+        }
     }
     Box::into_raw(ah) as *mut ibv_ah
 }
