@@ -25,11 +25,9 @@ static LCORES_TAKEN: AtomicUsize = AtomicUsize::new(0);
 /// EAL, initialised by the first engine with its configuration's arguments; it lives for the
 /// rest of the process (DPDK initialises once).
 pub fn eal(cfg: &Config) -> Result<&'static Eal, String> {
-    EAL.get_or_init(|| {
-        Eal::init(cfg.eal_argv()).map_err(|e| format!("ferroce verbs: EAL: {e}"))
-    })
-    .as_ref()
-    .map_err(|e| e.clone())
+    EAL.get_or_init(|| Eal::init(cfg.eal_argv()).map_err(|e| format!("ferroce verbs: EAL: {e}")))
+        .as_ref()
+        .map_err(|e| e.clone())
 }
 
 /// The next worker lcore no engine runs on yet (`None`: the engine runs on a thread).

@@ -661,11 +661,7 @@ pub fn request_stream(
             Some(c) => create_stream(t, &qp, c),
             None => {
                 dbg_log!("QP {:#x} waits for {peer} to connect", qp.qpn);
-                conns(qp.mode)
-                    .waiting
-                    .entry(peer)
-                    .or_default()
-                    .push(qp);
+                conns(qp.mode).waiting.entry(peer).or_default().push(qp);
             }
         }
         let _ = done.send(());
