@@ -15,6 +15,9 @@
 //! - `fi_pingpong -p verbs -e rdm` (libfabric's RDM over verbs DGRAM, `ofi_rxd`) with
 //!   `FI_VERBS_DEVICE_NAME`.
 //!
+//! `ucx_info_lists_rc_and_ud_on_both_devices`: `ucx_info -d` with engines lists both
+//! transports on both devices.
+//!
 //! Both tools open every device, so every case also runs the other device's engine in the
 //! same process (the RoCEv2 device beside the native one on a pcap port, see
 //! `verbs-shim/src/engines.rs`). Needs root, DPDK's af_packet and pcap PMDs, the tools and the
@@ -240,6 +243,59 @@ fn matrix(dev: &str, loss: &str, tag: &str) {
         ));
     }
     eprintln!("{dev}, loss {loss}: all passed: {}", summary.join("; "));
+    drop(pair);
+    std::fs::remove_dir_all(&libs).ok();
+}
+
+/// `ucx_info -d` in a namespace with engines: `rc_verbs` and `ud_verbs` on both devices (UCX
+/// skips a device without its uverbs node, and one whose QPs fail).
+#[test]
+fn ucx_info_lists_rc_and_ud_on_both_devices() {
+    if !is_root()
+        || !Path::new("/usr/bin/ucx_info").exists()
+        || ferroce_dataplane::config::pmd_dir().is_none()
+    {
+        eprintln!("SKIPPED: needs root, ucx_info and DPDK's PMDs");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let libs = abi::lib_dir("ucx-info");
+    let pair = VethPair::create("ui", KERNEL, 24).expect("veth pair");
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &pair.ns[0], "/usr/bin/ucx_info", "-d"])
+        .env("LD_LIBRARY_PATH", &libs)
+        .env("FERROCE_IP", ENGINE[0])
+        .env(
+            "FERROCE_PMD",
+            format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[0]),
+        );
+    let r = start(c, "ucx-info").wait(LIMIT);
+    assert_eq!(r.code, Some(0), "ucx_info -d: {}:\n{}", r.describe(), r.out);
+    // "# Transport: <tl>" then "# Device: <dev>".
+    let mut found = Vec::new();
+    let mut tl = "";
+    for l in r.out.lines() {
+        let l = l.trim_start_matches('#').trim();
+        if let Some(t) = l.strip_prefix("Transport: ") {
+            tl = t;
+        } else if let Some(d) = l.strip_prefix("Device: ") {
+            found.push(format!("{tl} {d}"));
+        }
+    }
+    eprintln!("ucx_info -d: {found:?}");
+    for want in [
+        "rc_verbs ferroce0:1",
+        "ud_verbs ferroce0:1",
+        "rc_verbs ferroce0_rocev2:1",
+        "ud_verbs ferroce0_rocev2:1",
+    ] {
+        assert!(
+            found.iter().any(|f| f == want),
+            "ucx_info -d lacks {want} (UCX skips a device without its node \
+             /dev/infiniband/ferroce_uverbsN, made by scripts/setup.sh): {found:?}\n{}",
+            r.out
+        );
+    }
     drop(pair);
     std::fs::remove_dir_all(&libs).ok();
 }
