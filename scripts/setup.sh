@@ -79,6 +79,29 @@ ferroce_setup_verbs() {
     fi
 }
 
+# The device nodes UCX looks for (docs/verbs-devices.md): it skips a verbs device unless
+# /dev/infiniband/<dev_name> is a character device it may read and write. The shim has no kernel
+# driver and never opens them, so each is a link to /dev/null, named as the shim names its
+# devices (verbs-shim/src/device.rs: ferroce_uverbs0 for ferroce0, ferroce_uverbs1 for
+# ferroce0_rocev2; never a real HCA's uverbsN). Creates only what is missing.
+ferroce_setup_verbs_nodes() {
+    local sudo="" n
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo="sudo"
+        else
+            ferroce_log "need root (or sudo) to create /dev/infiniband/ferroce_uverbs0 and 1 (UCX over the shim)"
+            return 1
+        fi
+    fi
+    for n in ferroce_uverbs0 ferroce_uverbs1; do
+        [ -c "/dev/infiniband/$n" ] && continue
+        $sudo mkdir -p /dev/infiniband || return 1
+        $sudo ln -sfn /dev/null "/dev/infiniband/$n" || return 1
+        ferroce_log "created /dev/infiniband/$n -> /dev/null (UCX's device check)"
+    done
+}
+
 # tshark for the Wireshark dissector (spec/wireshark/ferroce.lua) and its test
 # (tests/tests/dissector.rs). wireshark-common asks whether non-root users may capture; the
 # answer ("no", Debian's default) is given to debconf first, so the install never waits on it.
@@ -115,6 +138,7 @@ ferroce_setup() {
 
     # The verbs shim's tests need the Debian verbs programs and headers.
     ferroce_setup_verbs || return 1
+    ferroce_setup_verbs_nodes || return 1
 
     # The dissector test runs tshark.
     ferroce_setup_tshark || return 1

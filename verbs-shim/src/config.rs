@@ -11,8 +11,9 @@
 //! | `FERROCE_DP__A__B=v` | any other field `a.b` of the dataplane configuration |
 //! | `FERROCE_VERBS_DEBUG=1` | log the shim's decisions to stderr |
 //!
-//! Only `FERROCE_IP` is needed to list and query devices; creating the first queue pair starts
-//! the engine and needs the rest.
+//! Only `FERROCE_IP` is needed to list and query devices; creating a device's first queue pair
+//! starts that device's engine and needs the rest. With both devices in use, the second engine
+//! opens a `net_pcap` port on the `FERROCE_PMD` af_packet port's interface (`engines.rs`).
 
 use ferroce_dataplane::config::Config;
 use std::net::Ipv4Addr;

@@ -4,9 +4,11 @@
 //! - [`sys`]: bindgen output of the system `infiniband/verbs.h` (committed; checked against
 //!   the C compiler by `tests/verbs_layout.rs`).
 //! - [`verbs`]: the entry points; `exports` binds them to rdma-core's versioned names.
-//! - [`state`]: CQs, QPs, work in flight, connections and the engine.
+//! - [`state`]: CQs, QPs, work in flight, connections and the engines.
+//! - [`engines`]: one engine per device in one process (EAL, ports, lcores they share).
 //! - [`mr`]: the memory-region table, the one module that touches application memory.
 //! - [`config`]: the engine's configuration from the environment.
+//! - [`device`]: device names, node GUIDs and what GIDs name (what libraries read beside verbs).
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
 //! - [`cm`]: the connection manager beside the native engine, and the private interface
@@ -19,6 +21,8 @@
 pub mod bench;
 pub mod cm;
 pub mod config;
+pub mod device;
+pub mod engines;
 pub mod exports;
 pub mod mr;
 pub mod srq;

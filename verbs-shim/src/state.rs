@@ -10,7 +10,7 @@
 use crate::mr::{MrTable, SharedMrs, ShimMemory};
 use crate::sys;
 use ferroce_dataplane::engine::{self, Command, Engine, EngineHandle, Output, TransportFn};
-use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
+use ferroce_dpdk_sys::{Mempool, Port, PortConfig};
 use ferroce_transport::roce::{QpParams, RoceConfig, RoceEndpoint};
 use ferroce_transport::{
     Completion, CompletionOp, ConnId, Event, PostError, RecvWr, SendWr, Status, Transport,
@@ -21,13 +21,23 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 /// Which transport a device speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
     /// ferroce's own protocol (UDP 4792): each RC QP is a stream of the one connection to the
     /// peer host.
     Native,
     /// IBTA RC over RoCEv2 (UDP 4791), go-back-N.
     Roce,
+}
+
+impl Mode {
+    /// Slot of the mode's engine and connections in [`Global`].
+    pub fn index(self) -> usize {
+        match self {
+            Mode::Native => 0,
+            Mode::Roce => 1,
+        }
+    }
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -201,8 +211,9 @@ pub struct Global {
     pub next_wr: AtomicU64,
     pub next_qpn: AtomicU32,
     pub next_pd: AtomicU32,
-    pub conns: Mutex<Conns>,
-    pub engine: OnceLock<Result<EngineCtl, String>>,
+    /// Per mode ([`Mode::index`]): each device has its own engine, so its own connections.
+    pub conns: [Mutex<Conns>; 2],
+    pub engine: [OnceLock<Result<EngineCtl, String>>; 2],
     pub engine_init: Mutex<()>,
     pub open_contexts: AtomicUsize,
     pub srq: crate::srq::SrqGlobal,
@@ -229,8 +240,8 @@ pub fn global() -> &'static Global {
             // 1 reserved as in IB.
             next_qpn: AtomicU32::new((s >> 8) & 0x00ff_f000 | 0x10),
             next_pd: AtomicU32::new(1),
-            conns: Mutex::new(Conns::default()),
-            engine: OnceLock::new(),
+            conns: Default::default(),
+            engine: Default::default(),
             engine_init: Mutex::new(()),
             open_contexts: AtomicUsize::new(0),
             srq: Default::default(),
@@ -248,25 +259,33 @@ pub fn new_qpn() -> u32 {
     }
 }
 
-/// The engine, started on first use (first QP) with the configuration from the environment.
+/// The engine of a device mode, started on first use (the device's first QP) with the
+/// configuration from the environment. Each device has its own engine (see `engines.rs`).
 pub fn engine(mode: Mode) -> Result<&'static EngineCtl, String> {
     let g = global();
     let _guard = lock(&g.engine_init);
-    let r = g.engine.get_or_init(|| start_engine(mode));
-    match r {
-        Ok(e) if e.mode == mode => Ok(e),
-        Ok(e) => Err(format!(
-            "ferroce verbs: this process already runs the {:?} engine; one process uses one \
-             mode (device) at a time, it asked for {mode:?}",
-            e.mode
-        )),
+    match g.engine[mode.index()].get_or_init(|| start_engine(mode)) {
+        Ok(e) => Ok(e),
         Err(s) => Err(s.clone()),
     }
 }
 
-/// The engine if it runs.
+/// The engine of `mode` if it runs.
+pub fn running(mode: Mode) -> Option<&'static EngineCtl> {
+    global().engine[mode.index()]
+        .get()
+        .and_then(|r| r.as_ref().ok())
+}
+
+/// Some running engine, for what both share (the host's address); work goes to
+/// [`running`]`(qp.mode)`.
 pub fn engine_if_running() -> Option<&'static EngineCtl> {
-    global().engine.get().and_then(|r| r.as_ref().ok())
+    running(Mode::Native).or_else(|| running(Mode::Roce))
+}
+
+/// The connections of `mode`'s engine.
+pub fn conns(mode: Mode) -> MutexGuard<'static, Conns> {
+    lock(&global().conns[mode.index()])
 }
 
 fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
@@ -275,24 +294,15 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     let roce_timeout = crate::config::roce_timeout(&vars)?;
     ferroce_dataplane::config::preflight(&cfg).map_err(|e| format!("ferroce verbs: {e}"))?;
     let ip = cfg.address().map_err(|e| e.to_string())?;
-    let eal = Eal::init(cfg.eal_argv()).map_err(|e| format!("ferroce verbs: EAL: {e}"))?;
-    let port_id = match (&cfg.port.vdev, &cfg.port.device) {
-        (Some(v), _) => {
-            let (name, args) = v.split_once(',').unwrap_or((v.as_str(), ""));
-            eal.vdev(name, args)
-                .map_err(|e| format!("ferroce verbs: port {v}: {e}"))?
-        }
-        (None, Some(d)) => {
-            Port::id_by_name(d).map_err(|e| format!("ferroce verbs: port {d}: {e}"))?
-        }
-        (None, None) => *eal
-            .ports()
-            .first()
-            .ok_or("ferroce verbs: no DPDK port (set FERROCE_PMD)")?,
+    let eal = crate::engines::eal(&cfg)?;
+    let other = match mode {
+        Mode::Native => Mode::Roce,
+        Mode::Roce => Mode::Native,
     };
+    let port_id = crate::engines::port(eal, &cfg, mode, running(other).is_some())?;
     let data_room = (cfg.port.mtu as u32 + 14 + 64).max(2048) + Mempool::headroom();
     let pool = Mempool::new(
-        &eal,
+        eal,
         &format!("ferroce_verbs_{port_id}"),
         cfg.port.mbufs,
         cfg.port.mbuf_cache,
@@ -300,7 +310,7 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     )
     .map_err(|e| format!("ferroce verbs: mempool: {e}"))?;
     let port = Port::start(
-        &eal,
+        eal,
         port_id,
         &pool,
         &PortConfig {
@@ -333,13 +343,13 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     let (mut eng, h) = Engine::new(port, transport, params, eal.tsc_hz())
         .map_err(|e| format!("ferroce verbs: engine: {e}"))?;
     eng.set_memory(Box::new(ShimMemory(global().mrs.clone())));
-    eng.set_output_sink(Box::new(on_output));
+    eng.set_output_sink(Box::new(move |o, t| on_output(mode, o, t)));
     dbg_log!(
         "{mode:?} engine on {} ({}), {ip}, MTU {mtu}",
         eng.io_name(),
         ferroce_dataplane::net::fmt_mac(eng.mac())
     );
-    let job: Box<dyn FnOnce() + Send> = match eal.worker_lcores().first().copied() {
+    let job: Box<dyn FnOnce() + Send> = match crate::engines::lcore(eal) {
         Some(l) => {
             let j = eal
                 .launch(l, move || {
@@ -357,8 +367,6 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             })
         }
     };
-    // EAL lives for the rest of the process.
-    std::mem::forget(eal);
     Ok(EngineCtl {
         h,
         mode,
@@ -518,8 +526,8 @@ pub fn refused(wr_id: u64, err: PostError) {
     }
 }
 
-/// The engine's output sink (engine thread).
-fn on_output(o: Output, t: &mut dyn Transport) {
+/// The output sink of `mode`'s engine (engine thread).
+fn on_output(mode: Mode, o: Output, t: &mut dyn Transport) {
     match o {
         Output::Completion(c) => complete(c, t),
         Output::Refused { wr_id, err, what } => {
@@ -531,9 +539,9 @@ fn on_output(o: Output, t: &mut dyn Transport) {
         }
         Output::Event(Event::Accepted { conn, peer }) => {
             dbg_log!("accepted connection {} from {peer}", conn.0);
-            let to_self = engine_if_running().is_some_and(|e| e.ip == peer);
+            let to_self = running(mode).is_some_and(|e| e.ip == peer);
             let waiting = {
-                let mut c = lock(&global().conns);
+                let mut c = conns(mode);
                 if to_self {
                     // The far end of the connection this engine opened to itself.
                     c.self_in = Some(conn);
@@ -546,26 +554,26 @@ fn on_output(o: Output, t: &mut dyn Transport) {
                 create_stream(t, &qp, conn);
             }
             if !to_self {
-                crate::ud::on_accepted(t, conn, peer);
+                crate::ud::on_accepted(t, conn, peer, mode);
             }
         }
         Output::Event(Event::Failed { conn }) => {
             dbg_log!("connection {} failed", conn.0);
             // A connection to itself that failed will never be accepted (nothing brings
             // the packets back): the QPs waiting for its far end go to the error state.
-            let stranded = engine_if_running().and_then(|e| {
-                let mut c = lock(&global().conns);
+            let stranded = running(mode).and_then(|e| {
+                let mut c = conns(mode);
                 (c.by_peer.get(&e.ip) == Some(&conn))
                     .then(|| c.waiting.remove(&e.ip))
                     .flatten()
             });
-            forget_conn(conn);
+            forget_conn(mode, conn);
             for qp in stranded.unwrap_or_default() {
                 set_qp_error(&qp);
                 flush_qp(&qp);
             }
         }
-        Output::Event(Event::Closed { conn }) => forget_conn(conn),
+        Output::Event(Event::Closed { conn }) => forget_conn(mode, conn),
         Output::Event(Event::Connected { conn, peer }) => {
             dbg_log!("connection {} to {peer} established", conn.0);
         }
@@ -613,8 +621,8 @@ pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
     }
 }
 
-fn forget_conn(conn: ConnId) {
-    let mut c = lock(&global().conns);
+fn forget_conn(mode: Mode, conn: ConnId) {
+    let mut c = conns(mode);
     c.by_peer.retain(|_, x| *x != conn);
     if c.self_in == Some(conn) {
         c.self_in = None;
@@ -637,7 +645,7 @@ pub fn request_stream(
         let accepted_end =
             qp.mode == Mode::Native && my_ip == peer && qp.qpn > lock(&qp.inner).remote_qpn;
         let conn = {
-            let c = lock(&global().conns);
+            let c = conns(qp.mode);
             if accepted_end {
                 c.self_in
             } else {
@@ -652,7 +660,7 @@ pub fn request_stream(
             None if qp.mode == Mode::Roce || my_ip < peer || my_ip == peer => {
                 let c = t.connect(peer);
                 dbg_log!("connection {} to {peer} opened", c.0);
-                lock(&global().conns).by_peer.insert(peer, c);
+                conns(qp.mode).by_peer.insert(peer, c);
                 Some(c)
             }
             None => None,
@@ -661,11 +669,7 @@ pub fn request_stream(
             Some(c) => create_stream(t, &qp, c),
             None => {
                 dbg_log!("QP {:#x} waits for {peer} to connect", qp.qpn);
-                lock(&global().conns)
-                    .waiting
-                    .entry(peer)
-                    .or_default()
-                    .push(qp);
+                conns(qp.mode).waiting.entry(peer).or_default().push(qp);
             }
         }
         let _ = done.send(());

@@ -43,6 +43,10 @@ const BOUNCE: usize = UD_MTU + HDR;
 /// Receive buffers kept posted on each UD stream.
 pub const BOUNCES: usize = 64;
 const GRH: usize = 40;
+/// `ibv_wc.sl` of a UD receive: a RoCE NIC (mlx5) reports there what the 40 GRH bytes hold,
+/// bits 2:0 the L3 header type (2 = IPv4 in the last 20 bytes), bit 3 a UDP header (RoCEv2).
+/// UCX's UD transport reads it to find the destination address it checks.
+const ROCE_PKT_IPV4: u8 = 0x8 | 0x2;
 const BASE: u64 = 0x1000;
 
 /// A UD QP's receive queue (ids into the work-request map) and Q_Key.
@@ -56,7 +60,8 @@ pub struct UdQp {
 #[derive(Default)]
 pub struct UdGlobal {
     qps: Mutex<HashMap<u32, Arc<QpShared>>>,
-    chans: Mutex<HashMap<Ipv4Addr, Arc<QpShared>>>,
+    /// The UD stream to each peer host, per device mode (each mode has its own engine).
+    chans: Mutex<HashMap<(Ipv4Addr, Mode), Arc<QpShared>>>,
     any: AtomicBool,
     listening: AtomicBool,
 }
@@ -66,7 +71,7 @@ pub fn register_qp(qp: &Arc<QpShared>) {
     lock(&g.qps).insert(qp.qpn, qp.clone());
     g.any.store(true, Ordering::SeqCst);
     if qp.mode == Mode::Native && !g.listening.swap(true, Ordering::SeqCst) {
-        if let Some(e) = state::engine_if_running() {
+        if let Some(e) = state::running(Mode::Native) {
             // Accepted connections get the UD stream before their first datagram.
             e.h.listen(vec![(UD_STREAM, UD_STREAM, 0)]);
         }
@@ -123,7 +128,7 @@ fn bounce(chan: &Arc<QpShared>, key: Option<u32>) -> RecvWr {
 /// it was just made).
 fn chan(peer: Ipv4Addr, mode: Mode) -> (Arc<QpShared>, bool) {
     let mut chans = lock(&global().ud.chans);
-    if let Some(c) = chans.get(&peer) {
+    if let Some(c) = chans.get(&(peer, mode)) {
         return (c.clone(), false);
     }
     let c = Arc::new(QpShared {
@@ -155,16 +160,16 @@ fn chan(peer: Ipv4Addr, mode: Mode) -> (Arc<QpShared>, bool) {
             inner.pending.push(Pending::Recv(bounce(&c, None)));
         }
     }
-    chans.insert(peer, c.clone());
+    chans.insert((peer, mode), c.clone());
     (c, true)
 }
 
-/// Set up the UD stream to `peer` (application thread: an AH was created).
-pub fn warm(peer: Ipv4Addr) {
+/// Set up the UD stream to `peer` (application thread: an AH was created on a `mode` device).
+pub fn warm(peer: Ipv4Addr, mode: Mode) {
     if !global().ud.any.load(Ordering::SeqCst) {
         return;
     }
-    let Some(e) = state::engine_if_running() else {
+    let Some(e) = state::running(mode) else {
         return;
     };
     if peer == e.ip {
@@ -178,15 +183,12 @@ pub fn warm(peer: Ipv4Addr) {
 }
 
 /// A connection was accepted (engine thread): give it the UD stream's receive buffers.
-pub fn on_accepted(t: &mut dyn Transport, conn: ConnId, peer: Ipv4Addr) {
+pub fn on_accepted(t: &mut dyn Transport, conn: ConnId, peer: Ipv4Addr, mode: Mode) {
     let g = &global().ud;
     if !g.any.load(Ordering::SeqCst) {
         return;
     }
-    let Some(e) = state::engine_if_running() else {
-        return;
-    };
-    let (c, fresh) = chan(peer, e.mode);
+    let (c, fresh) = chan(peer, mode);
     if fresh {
         // The engine created the stream itself (listen list): only the buffers are missing.
         state::create_stream(t, &c, conn);
@@ -218,7 +220,7 @@ pub unsafe fn post_send(
             unsafe { *bad = w };
         }
     };
-    let Some(e) = state::engine_if_running() else {
+    let Some(e) = state::running(st.mode) else {
         set_bad(wr);
         return libc::EINVAL;
     };
@@ -288,7 +290,7 @@ pub unsafe fn post_send(
             // To this host's own GID: a NIC loops such a datagram back without the wire (the
             // engine's packets to its own address would leave on the wire unanswered).
             let payload = (buf.len() - HDR) as u32;
-            deliver_bytes(&buf, imm, peer);
+            deliver_bytes(&buf, imm, peer, st.mode);
             if signaled {
                 let mut wc = err_wc(st, w.wr_id, IBV_WC_SUCCESS);
                 wc.byte_len = payload;
@@ -426,11 +428,12 @@ fn deliver(key: u32, chan: &Arc<QpShared>, c: Completion) {
         return;
     }
     let peer = lock(&chan.inner).peer.unwrap_or(Ipv4Addr::UNSPECIFIED);
-    deliver_bytes(&buf, c.imm, peer);
+    deliver_bytes(&buf, c.imm, peer, chan.mode);
 }
 
-/// Hand datagram `buf` (shim header, payload) from host `peer` to its QP's next receive.
-fn deliver_bytes(buf: &[u8], imm: Option<u32>, peer: Ipv4Addr) {
+/// Hand datagram `buf` (shim header, payload) from host `peer`, received by `mode`'s device,
+/// to its QP's next receive.
+fn deliver_bytes(buf: &[u8], imm: Option<u32>, peer: Ipv4Addr, mode: Mode) {
     let g = global();
     if buf.len() < HDR {
         return;
@@ -441,6 +444,11 @@ fn deliver_bytes(buf: &[u8], imm: Option<u32>, peer: Ipv4Addr) {
         dbg_log!("UD datagram for unknown QP {dst:#x} dropped");
         return;
     };
+    if qp.mode != mode {
+        // A QP of the other device: another port, which this datagram never reached.
+        dbg_log!("UD datagram for QP {dst:#x} of the other device dropped");
+        return;
+    }
     let ud = qp.ud.as_ref().expect("a UD QP");
     if magic != MAGIC || qkey != ud.qkey.load(Ordering::Relaxed) {
         dbg_log!("UD datagram for QP {dst:#x} with Q_Key {qkey:#x} dropped");
@@ -486,6 +494,7 @@ fn deliver_bytes(buf: &[u8], imm: Option<u32>, peer: Ipv4Addr) {
         qp_num: qp.qpn,
         src_qp: src,
         wc_flags: IBV_WC_GRH,
+        sl: ROCE_PKT_IPV4,
         ..Default::default()
     };
     if let Some(i) = imm {

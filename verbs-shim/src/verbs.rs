@@ -71,20 +71,23 @@ fn devices() -> &'static [usize; 2] {
                 dev: ibv_device::default(),
                 mode,
                 index: i as c_int,
-                // Node GUID from the local address (EUI-64 style, "fe:ce" in the middle).
-                guid: {
-                    let ip = crate::config::local_ip().map(u32::from).unwrap_or(0) as u64;
-                    0x0200_fece_0000_0000 | (ip << 8) | i as u64
-                },
+                // Node GUID from the local address (GID 0 names the host through it).
+                guid: crate::device::node_guid(
+                    crate::config::local_ip().unwrap_or(Ipv4Addr::UNSPECIFIED),
+                    i,
+                ),
                 name: DEVICE_NAMES[i],
             });
             d.dev.node_type = IBV_NODE_CA;
             d.dev.transport_type = IBV_TRANSPORT_IB;
             fill(&mut d.dev.name, DEVICE_NAMES[i]);
-            fill(&mut d.dev.dev_name, &format!("uverbs{i}"));
+            fill(&mut d.dev.dev_name, &crate::device::uverbs_name(i));
             fill(
                 &mut d.dev.dev_path,
-                &format!("/sys/class/infiniband_verbs/uverbs{i}"),
+                &format!(
+                    "/sys/class/infiniband_verbs/{}",
+                    crate::device::uverbs_name(i)
+                ),
             );
             fill(
                 &mut d.dev.ibdev_path,
@@ -1143,11 +1146,7 @@ pub(crate) fn peer_of(ah: &ibv_ah_attr) -> Option<Ipv4Addr> {
         return None;
     }
     // SAFETY: reading the raw bytes of a plain-data union.
-    let raw = unsafe { ah.grh.dgid.raw };
-    if raw[..10].iter().any(|&b| b != 0) || raw[10] != 0xff || raw[11] != 0xff {
-        return None;
-    }
-    Some(Ipv4Addr::new(raw[12], raw[13], raw[14], raw[15]))
+    crate::device::ip_of_gid(&unsafe { ah.grh.dgid.raw })
 }
 
 #[export_name = "ferroce_v_ibv_modify_qp"]
@@ -1227,8 +1226,9 @@ pub unsafe extern "C" fn ibv_modify_qp(
     if new == IBV_QPS_RTR && cur == IBV_QPS_INIT {
         let Some(peer) = peer_of(&a.ah_attr) else {
             eprintln!(
-                "ferroce verbs: QP {:#x}: the address vector needs a global route to an \
-                 IPv4-mapped GID (::ffff:a.b.c.d, GID index 1; e.g. ibv_rc_pingpong -g 1)",
+                "ferroce verbs: QP {:#x}: the address vector needs a global route to a \
+                 ferroce GID (::ffff:a.b.c.d, GID index 1, e.g. ibv_rc_pingpong -g 1; or the \
+                 device's fe80:: GID, index 0)",
                 st.qpn
             );
             return libc::EINVAL;
@@ -1258,7 +1258,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     }
     drop(inner);
     if request {
-        if let (Some(e), Some(peer)) = (state::engine_if_running(), peer) {
+        if let (Some(e), Some(peer)) = (state::running(st.mode), peer) {
             // Return only once the engine has the stream: the application tells its peer it
             // is ready as soon as this returns, and the peer's first request must not reach
             // an engine that has not yet run the command (native: the request is refused as
@@ -1286,7 +1286,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             inner.requested = true;
             let peer = inner.peer;
             drop(inner);
-            if let (Some(e), Some(peer)) = (state::engine_if_running(), peer) {
+            if let (Some(e), Some(peer)) = (state::running(st2.mode), peer) {
                 dbg_log!("QP {:#x} stays in RTR: responder only", st2.qpn);
                 state::request_stream(e, st2, peer);
             }
@@ -1400,7 +1400,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // Work still in flight completes into nothing.
     let g = global();
     lock(&g.wrs).retain(|_, m| !Arc::ptr_eq(&m.qp, &b.st));
-    lock(&g.conns)
+    state::conns(b.st.mode)
         .waiting
         .values_mut()
         .for_each(|v| v.retain(|q| !Arc::ptr_eq(q, &b.st)));
@@ -1440,7 +1440,7 @@ pub(crate) fn submit(q: &Arc<QpShared>, p: Pending) {
     match inner.conn {
         Some(conn) => {
             drop(inner);
-            let Some(e) = state::engine_if_running() else {
+            let Some(e) = state::running(q.mode) else {
                 return;
             };
             let cmd = match p {
@@ -1821,7 +1821,10 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     });
     // A UD peer: its datagram stream is set up now, before the first send.
     if let Some(peer) = peer_of(&ah.attr) {
-        crate::ud::warm(peer);
+        // SAFETY: the PD's context is one this library opened.
+        if let Some(ctx) = unsafe { ctx_of((*pd).context) } {
+            crate::ud::warm(peer, ctx.dev.mode);
+        }
     }
     Box::into_raw(ah) as *mut ibv_ah
 }

@@ -10,84 +10,30 @@
 //!   made `fi_info` die of SIGFPE), `-p verbs` either lists the devices or reports no data.
 //! - `fi_info_lists_the_ferroce_devices_with_an_engine`: in a network namespace with an engine
 //!   on `net_af_packet`: `fi_info -p verbs` lists `ferroce0` (MSG, DGRAM, RDM over ofi_rxd),
-//!   `FI_VERBS_DEVICE_NAME=ferroce0_rocev2` lists the RoCEv2 device, and `fi_pingpong -e rdm`
-//!   (`FI_VERBS_GID_IDX=1`) runs 10 ping-pongs between two namespaces.
+//!   and `ferroce0_rocev2` (both devices in one process), `FI_VERBS_DEVICE_NAME=ferroce0_rocev2`
+//!   the RoCEv2 device alone, and `fi_pingpong -e rdm` (no `FI_VERBS_GID_IDX`) runs 10
+//!   ping-pongs between two namespaces. Both modes, with and without loss: `verbs_ucx.rs`.
 //!
 //! Needs `fi_info` (and root and DPDK's af_packet PMD for the second); prints SKIPPED
 //! otherwise. Every run is bounded in time.
 
 use ferroce_dataplane::netns::{is_root, VethPair};
-use std::os::unix::process::ExitStatusExt;
+use run::{run, Run};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 #[path = "verbs_abi.rs"]
 #[allow(dead_code)]
 mod abi;
+#[path = "support/run.rs"]
+#[allow(dead_code)]
+mod run;
 
 const FI_INFO: &str = "/usr/bin/fi_info";
 const FI_PINGPONG: &str = "/usr/bin/fi_pingpong";
 const UCX_INFO: &str = "/usr/bin/ucx_info";
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// How a run ended and what it printed (stdout then stderr).
-struct Run {
-    code: Option<i32>,
-    signal: Option<i32>,
-    out: String,
-}
-
-impl Run {
-    fn describe(&self) -> String {
-        match (self.code, self.signal) {
-            (Some(c), _) => format!("exit {c}"),
-            (_, Some(s)) => format!("signal {s}"),
-            _ => "no status".into(),
-        }
-    }
-}
-
-/// Runs `c` to its end or until `limit` (then kills it), output through files so a large
-/// listing cannot fill a pipe.
-fn run(mut c: Command, limit: Duration, tag: &str) -> Run {
-    let dir = std::env::temp_dir();
-    let (o, e) = (
-        dir.join(format!("ferroce-fabric-{}-{tag}.out", std::process::id())),
-        dir.join(format!("ferroce-fabric-{}-{tag}.err", std::process::id())),
-    );
-    c.stdin(Stdio::null())
-        .stdout(std::fs::File::create(&o).unwrap())
-        .stderr(std::fs::File::create(&e).unwrap());
-    let mut child = c.spawn().expect("spawn");
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = format!(
-        "{}{}",
-        std::fs::read_to_string(&o).unwrap_or_default(),
-        std::fs::read_to_string(&e).unwrap_or_default()
-    );
-    let _ = std::fs::remove_file(&o);
-    let _ = std::fs::remove_file(&e);
-    let Some(status) = status else {
-        panic!("{tag}: still running after {limit:?}:\n{out}");
-    };
-    Run {
-        code: status.code(),
-        signal: status.signal(),
-        out,
-    }
-}
 
 /// The lines of a listing that say what it found (provider, domain, endpoint type) and its
 /// errors, each distinct line once with its count.
@@ -265,10 +211,14 @@ fn fi_info_lists_the_ferroce_devices_with_an_engine() {
             r.out
         );
     }
-    if !r.out.contains("domain: ferroce0_rocev2") {
-        // The first device listed starts the native engine; the RoCEv2 device's QPs then fail
-        // (one process, one mode).
-        eprintln!("note: ferroce0_rocev2 is listed only when it is the only device");
+    // Both devices in one listing: the verbs provider creates QPs on each (one engine per
+    // device in one process).
+    for want in ["domain: ferroce0_rocev2\n", "domain: ferroce0_rocev2-dgram"] {
+        assert!(
+            r.out.contains(want),
+            "fi_info -p verbs lacks {want:?}:\n{}",
+            r.out
+        );
     }
 
     let r = run(
@@ -293,8 +243,9 @@ fn fi_info_lists_the_ferroce_devices_with_an_engine() {
         r.out
     );
 
-    // fi_pingpong, RDM over verbs DGRAM (ofi_rxd): server in namespace 1, client in 0.
-    let env = [("FI_VERBS_GID_IDX", "1")];
+    // fi_pingpong, RDM over verbs DGRAM (ofi_rxd): server in namespace 1, client in 0, with
+    // libfabric's default GID index (0, the link-local GID: it names the host too).
+    let env: [(&str, &str); 0] = [];
     let args = ["-p", "verbs", "-e", "rdm", "-I", "10", "-S", "64"];
     let server = std::thread::scope(|s| {
         let server = s.spawn(|| run(side(1, FI_PINGPONG, &args, &env), LIMIT, "pp-server"));

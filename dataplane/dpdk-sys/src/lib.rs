@@ -174,9 +174,13 @@ impl Eal {
     /// Ids of the worker lcores (every enabled lcore but the main one).
     pub fn worker_lcores(&self) -> Vec<u32> {
         let mut v = Vec::new();
-        // SAFETY: EAL is initialised; rte_get_next_lcore only reads the lcore configuration.
+        // rte_get_next_lcore returns RTE_MAX_LCORE and above once past the last enabled lcore:
+        // stop at the number of workers EAL has (every enabled lcore but the main one).
+        // SAFETY: EAL is initialised; both only read the lcore configuration.
+        let workers = unsafe { ffi::rte_lcore_count() }.saturating_sub(1) as usize;
+        // SAFETY: as above.
         let mut i = unsafe { ffi::rte_get_next_lcore(u32::MAX, 1, 0) };
-        while (i as usize) < 1024 {
+        while v.len() < workers && (i as usize) < 1024 {
             v.push(i);
             // SAFETY: as above.
             i = unsafe { ffi::rte_get_next_lcore(i, 1, 0) };
