@@ -689,10 +689,10 @@ pub fn reset_stream(qp: &Arc<QpShared>) {
         inner.conn.take()
     };
     // Not yet connected: it must not get a stream when the peer's connection arrives.
-    for w in lock(&global().conns).waiting.values_mut() {
+    for w in conns(qp.mode).waiting.values_mut() {
         w.retain(|q| !Arc::ptr_eq(q, qp));
     }
-    let (Some(conn), Some(e)) = (conn, engine_if_running()) else {
+    let (Some(conn), Some(e)) = (conn, running(qp.mode)) else {
         return;
     };
     let qpn = qp.qpn;
