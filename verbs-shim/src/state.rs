@@ -221,8 +221,15 @@ pub fn global() -> &'static Global {
     static G: OnceLock<Global> = OnceLock::new();
     G.get_or_init(|| {
         let s = seed();
+        // Memory keys from an OS secret (spec/security.md §1.1). Without one every key would
+        // be guessable; no Linux this runs on lacks getrandom(2) or /dev/urandom, and std's
+        // own hash maps abort in the same case.
+        let keys = ferroce_dataplane::entropy::os_keys().unwrap_or_else(|e| {
+            eprintln!("ferroce verbs: no OS randomness for memory keys: {e}");
+            std::process::abort()
+        });
         Global {
-            mrs: Arc::new(RwLock::new(MrTable::new(s))),
+            mrs: Arc::new(RwLock::new(MrTable::new(keys))),
             wrs: Mutex::new(HashMap::new()),
             next_wr: AtomicU64::new(1),
             // QPNs: 24 bits, unique per host: a per-process start (pid and time), QPN 0 and

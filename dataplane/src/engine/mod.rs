@@ -225,7 +225,7 @@ impl Engine {
             FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278),
         );
         let io = io_stack(port, pcap, Some(faults));
-        Ok(Engine::with_io(io, pool, transport, p, tsc_hz))
+        Engine::with_io(io, pool, transport, p, tsc_hz)
     }
 
     /// An engine over any packet I/O; `pool` gives the mbufs it builds frames in. `p.pcap`
@@ -236,7 +236,7 @@ impl Engine {
         transport: Box<dyn Transport + Send>,
         p: EngineParams,
         tsc_hz: u64,
-    ) -> (Engine, EngineHandle) {
+    ) -> std::io::Result<(Engine, EngineHandle)> {
         let caps = io.caps();
         let mut mac = caps.mac;
         if mac == [0; 6] {
@@ -246,7 +246,8 @@ impl Engine {
         let burst = p.burst.min(caps.max_burst).max(1);
         let (cmd_tx, cmd_rx) = bounded(p.queue_depth.max(1));
         let (out_tx, out_rx) = bounded(p.queue_depth.max(1));
-        let mem: SharedMem = Arc::new(Mutex::new(Regions::new()));
+        // Unpredictable keys: a peer that saw one rkey cannot guess another.
+        let mem: SharedMem = Arc::new(Mutex::new(Regions::with_keys(crate::entropy::os_keys()?)));
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(Value::Null));
         let waker = Arc::new(crate::wake::Waiter::new());
@@ -299,7 +300,7 @@ impl Engine {
             stats,
             waker,
         };
-        (e, h)
+        Ok((e, h))
     }
 
     pub fn mac(&self) -> [u8; 6] {
