@@ -787,7 +787,8 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
     )
     .map_err(|e| e.to_string())?;
     let params = cfg.engine_params().map_err(|e| e.to_string())?;
-    let transport = engine::native_transport(cfg.port.mtu, cfg.endpoint_config());
+    let transport = engine::native_transport(cfg.port.mtu, cfg.endpoint_config())
+        .map_err(|e| format!("no OS randomness for the transport: {e}"))?;
     let (engine, h) = Engine::new(port, transport, params, eal.tsc_hz())
         .map_err(|e| format!("config field `capture.pcap`: {e}"))?;
     eprintln!(

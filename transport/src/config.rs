@@ -7,6 +7,11 @@ pub struct EndpointConfig {
     pub line_rate_mbps: u32,
     /// Seed for connection ids and path entropy, so runs are reproducible.
     pub seed: u64,
+    /// This run of the endpoint (spec/transport.md §2.6): mixed into its connection ids so
+    /// that a restarted process with the same `seed` picks ids its previous run did not, and
+    /// nothing addressed to the old run is taken for the new one. A real host draws it from
+    /// the OS at start; 0 (the default) keeps the simulator's ids reproducible.
+    pub incarnation: u64,
     /// Defaults for connections this endpoint opens or accepts.
     pub conn: ConnConfig,
     /// How often the receiver recomputes fair shares (ns).
@@ -27,6 +32,7 @@ impl Default for EndpointConfig {
         EndpointConfig {
             line_rate_mbps: 100_000,
             seed: 0x5eed_f00d,
+            incarnation: 0,
             conn: ConnConfig::default(),
             share_interval_ns: 10_000,
             share_target: 0.97,

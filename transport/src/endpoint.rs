@@ -49,7 +49,8 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(cfg: EndpointConfig) -> Self {
         Endpoint {
-            id_state: cfg.seed,
+            // Ids of another incarnation (same seed, other run) are unrelated: §2.6.
+            id_state: cfg.seed ^ cfg.incarnation,
             cfg,
             conns: BTreeMap::new(),
             by_peer: HashMap::default(),

@@ -325,7 +325,10 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             let m = ec.conn.mtu as u32;
             // The connection manager rides beside the endpoint (cm.rs).
             (
-                crate::cm::wrap(engine::native_transport(cfg.port.mtu, ec)),
+                crate::cm::wrap(
+                    engine::native_transport(cfg.port.mtu, ec)
+                        .map_err(|e| format!("ferroce verbs: OS randomness: {e}"))?,
+                ),
                 m,
             )
         }

@@ -196,14 +196,20 @@ impl std::fmt::Debug for Engine {
 /// packet's gap at the hinted rate; without credit the rate would be one packet per poll.
 pub const ENGINE_PACE_CATCH_UP: u32 = 16;
 
-/// A native-protocol transport sized for `ip_mtu`.
+/// A native-protocol transport sized for `ip_mtu`, in an incarnation of its own: its
+/// connection ids are mixed with 64 bits from the OS, so a restarted process (same seed)
+/// never takes the previous run's packets for its own (spec/transport.md §2.6).
 pub fn native_transport(
     ip_mtu: u16,
     mut cfg: ferroce_transport::EndpointConfig,
-) -> Box<dyn Transport + Send> {
+) -> std::io::Result<Box<dyn Transport + Send>> {
     cfg.conn.mtu = payload_mtu(ip_mtu);
     cfg.conn.pace_catch_up = cfg.conn.pace_catch_up.max(ENGINE_PACE_CATCH_UP);
-    Box::new(Endpoint::new(cfg))
+    let s = crate::entropy::os_secret()?;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&s[..8]);
+    cfg.incarnation = u64::from_le_bytes(b);
+    Ok(Box::new(Endpoint::new(cfg)))
 }
 
 impl Engine {
