@@ -336,6 +336,9 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             let mut rc = RoceConfig::new(ip);
             rc.mtu = 1024;
             rc.timeout = roce_timeout;
+            // IBTA's retry count, as a NIC has it: a peer that died fails the QP's work with
+            // IBV_WC_RETRY_EXC_ERR after 7 retries (rxe's "7 = forever" would hang it).
+            rc.retry_forever_at_7 = false;
             let m = rc.effective_mtu();
             (Box::new(RoceEndpoint::new(rc)), m)
         }
