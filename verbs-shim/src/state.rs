@@ -280,6 +280,7 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     let vars: Vec<(String, String)> = std::env::vars().collect();
     let cfg = crate::config::load(&vars)?;
     let roce_timeout = crate::config::roce_timeout(&vars)?;
+    let roce_retry_forever = crate::config::roce_retry_forever(&vars)?;
     ferroce_dataplane::config::preflight(&cfg).map_err(|e| format!("ferroce verbs: {e}"))?;
     let ip = cfg.address().map_err(|e| e.to_string())?;
     let eal = Eal::init(cfg.eal_argv()).map_err(|e| format!("ferroce verbs: EAL: {e}"))?;
@@ -336,9 +337,11 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             let mut rc = RoceConfig::new(ip);
             rc.mtu = 1024;
             rc.timeout = roce_timeout;
-            // IBTA's retry count, as a NIC has it: a peer that died fails the QP's work with
-            // IBV_WC_RETRY_EXC_ERR after 7 retries (rxe's "7 = forever" would hang it).
-            rc.retry_forever_at_7 = false;
+            // rxe's "retry_cnt 7 = forever" unless FERROCE_ROCE_RETRY=ibta: then, as on a
+            // NIC, a peer that died fails the QP's work with IBV_WC_RETRY_EXC_ERR after 7
+            // retries. (IBTA's reading by default made perftest and srq_pingpong runs fail
+            // on this loaded machine: stalls of a few hundred ms exhaust 7 retries.)
+            rc.retry_forever_at_7 = roce_retry_forever;
             let m = rc.effective_mtu();
             (Box::new(RoceEndpoint::new(rc)), m)
         }

@@ -1,7 +1,8 @@
 //! A peer dies in the middle of a transfer, through the verbs shim: an unmodified
 //! `ib_write_bw` (perftest) pair in two network namespaces (veth, each side its own DPDK engine on
 //! net_af_packet; kernel addresses 198.18.8.1/.2 for the programs' TCP exchange, engine
-//! addresses 198.18.8.11/.12), native and RoCEv2 mode. The server (the passive side of the
+//! addresses 198.18.8.11/.12), native and RoCEv2 mode (RoCEv2 with `FERROCE_ROCE_RETRY=ibta`:
+//! 7 retries, as a NIC; the shim's default retries forever, as rxe). The server (the passive side of the
 //! WRITEs) is SIGKILLed while the client writes: the client (the survivor) always has WRITEs
 //! outstanding, and must report `IBV_WC_RETRY_EXC_ERR` (perftest: "Failed status 12") and
 //! exit within its retry time, never hang, never print a result. Then a restarted server and
@@ -138,6 +139,9 @@ fn write_bw(pair: &VethPair, libs: &Path, k: usize, dev: &str, iters: &str) -> P
         // is Good, so ~20 ms without ACKs (an engine descheduled on these shared cores)
         // fail the connection: seen here as spurious RETRY_EXC_ERR with both peers alive.
         .env("FERROCE_DP__TRANSPORT__PATHS", "1")
+        // RoCEv2: IBTA's retry count (7 retries), as a NIC; the shim's default is rxe's
+        // "7 = forever", under which the survivor would retry for ever.
+        .env("FERROCE_ROCE_RETRY", "ibta")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
