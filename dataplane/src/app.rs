@@ -108,7 +108,18 @@ fn register_server_sized(mem: &mut Regions, spec: &WorkloadSpec, real: bool) -> 
 
 /// The keys a server registering `spec` into a fresh memory gets.
 pub fn server_keys(spec: &WorkloadSpec) -> ServerKeys {
-    register_server_sized(&mut Regions::new(), spec, false).0
+    register_server_sized(&mut workload_regions(spec), spec, false).0
+}
+
+/// The memory of a workload server in another process than its client: keys from the
+/// workload's seed, which both sides' configurations hold. The client "exchanges" keys
+/// through the configuration, as verbs programs exchange them over TCP; such keys are
+/// predictable to anyone with the configuration, which suits this self-verifying test
+/// workload and nothing else (an engine's own memory has OS-random keys).
+fn workload_regions(spec: &WorkloadSpec) -> Regions {
+    Regions::with_keys(ferroce_transport::keys::KeyGen::deterministic(
+        spec.seed ^ 0x6b65_7973,
+    ))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -493,8 +504,15 @@ impl ServerApp {
     pub fn new(h: EngineHandle, spec: &WorkloadSpec) -> Self {
         // The keys are this registration's (in-process clients take them from `keys`); a client
         // in another process predicts them with `server_keys`, which holds only for a server
-        // whose engine memory is fresh, as `ferroce-dp` servers are.
-        let (keys, recv_lkey) = register_server(&mut h.mem.lock().expect("mem lock"), spec);
+        // whose engine memory is fresh, as `ferroce-dp` servers are (it then takes the
+        // workload's keys, see `workload_regions`).
+        let (keys, recv_lkey) = {
+            let mut mem = h.mem.lock().expect("mem lock");
+            if mem.iter().next().is_none() {
+                *mem = workload_regions(spec);
+            }
+            register_server(&mut mem, spec)
+        };
         h.listen(
             (0..spec.streams)
                 .map(|s| (s + 1, s + 1, SERVER_PD))

@@ -48,10 +48,20 @@ pub fn ring_engine_pair(
     ca.seed ^= 0xa;
     let mut cb = ecfg;
     cb.seed ^= 0xb;
-    let ea = Engine::new(a, engine::native_transport(mtu, ca), pa, eal.tsc_hz())
-        .map_err(|e| e.to_string())?;
-    let eb = Engine::new(b, engine::native_transport(mtu, cb), pb, eal.tsc_hz())
-        .map_err(|e| e.to_string())?;
+    let ea = Engine::new(
+        a,
+        engine::native_transport(mtu, ca).map_err(|e| e.to_string())?,
+        pa,
+        eal.tsc_hz(),
+    )
+    .map_err(|e| e.to_string())?;
+    let eb = Engine::new(
+        b,
+        engine::native_transport(mtu, cb).map_err(|e| e.to_string())?,
+        pb,
+        eal.tsc_hz(),
+    )
+    .map_err(|e| e.to_string())?;
     Ok((ea, eb))
 }
 
@@ -497,10 +507,20 @@ pub fn transport_run_spec(
     ca.seed ^= 0xa;
     let mut cb = ecfg;
     cb.seed ^= 0xb;
-    let (ea, ha) = Engine::new(a, engine::native_transport(mtu, ca), pa, eal.tsc_hz())
-        .map_err(|e| e.to_string())?;
-    let (eb, hb) = Engine::new(b, engine::native_transport(mtu, cb), pb, eal.tsc_hz())
-        .map_err(|e| e.to_string())?;
+    let (ea, ha) = Engine::new(
+        a,
+        engine::native_transport(mtu, ca).map_err(|e| e.to_string())?,
+        pa,
+        eal.tsc_hz(),
+    )
+    .map_err(|e| e.to_string())?;
+    let (eb, hb) = Engine::new(
+        b,
+        engine::native_transport(mtu, cb).map_err(|e| e.to_string())?,
+        pb,
+        eal.tsc_hz(),
+    )
+    .map_err(|e| e.to_string())?;
     let lcore = eal
         .worker_lcores()
         .first()

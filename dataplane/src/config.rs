@@ -120,6 +120,9 @@ pub struct TransportSection {
     pub initial_rto_us: u64,
     pub ack_every: u32,
     pub ack_delay_us: u64,
+    /// Connections accepted at most, in total and from one address (spec/security.md §3.1).
+    pub max_accepted: u32,
+    pub max_accepted_per_peer: u32,
 }
 
 impl Default for TransportSection {
@@ -134,6 +137,8 @@ impl Default for TransportSection {
             initial_rto_us: 5_000,
             ack_every: 4,
             ack_delay_us: 20,
+            max_accepted: 65_536,
+            max_accepted_per_peer: 65_536,
         }
     }
 }
@@ -603,6 +608,8 @@ impl Config {
         let mut c = ferroce_transport::EndpointConfig {
             line_rate_mbps: t.line_rate_mbps,
             seed: t.seed,
+            max_accepted: t.max_accepted,
+            max_accepted_per_peer: t.max_accepted_per_peer,
             ..Default::default()
         };
         c.conn.paths = t.paths;
@@ -787,7 +794,8 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
     )
     .map_err(|e| e.to_string())?;
     let params = cfg.engine_params().map_err(|e| e.to_string())?;
-    let transport = engine::native_transport(cfg.port.mtu, cfg.endpoint_config());
+    let transport = engine::native_transport(cfg.port.mtu, cfg.endpoint_config())
+        .map_err(|e| format!("no OS randomness for the transport: {e}"))?;
     let (engine, h) = Engine::new(port, transport, params, eal.tsc_hz())
         .map_err(|e| format!("config field `capture.pcap`: {e}"))?;
     eprintln!(

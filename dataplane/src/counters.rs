@@ -96,6 +96,7 @@ pub fn endpoint_json(c: &EndpointCounters) -> Value {
         "drop_bad_crc": c.drop_bad_crc,
         "drop_malformed": c.drop_malformed,
         "drop_unknown_conn": c.drop_unknown_conn,
+        "drop_open_limit": c.drop_open_limit,
         "tx_datagrams": c.tx_datagrams,
     })
 }
@@ -126,5 +127,8 @@ pub fn conn_json(id: u32, peer: std::net::Ipv4Addr, state: &str, k: &ConnCounter
         "messages_completed_tx": k.messages_completed_tx,
         "messages_completed_rx": k.messages_completed_rx,
         "path_failures": k.path_failures,
+        "rx_acks_bogus": k.rx_acks_bogus,
+        "rx_acks_stale": k.rx_acks_stale,
+        "rx_nacks_ignored": k.rx_nacks_ignored,
     })
 }

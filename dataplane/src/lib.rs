@@ -20,6 +20,7 @@ pub mod config;
 pub mod counters;
 pub mod cpu;
 pub mod engine;
+pub mod entropy;
 pub mod fault;
 pub mod io;
 pub mod net;

@@ -7,6 +7,17 @@ pub struct EndpointConfig {
     pub line_rate_mbps: u32,
     /// Seed for connection ids and path entropy, so runs are reproducible.
     pub seed: u64,
+    /// This run of the endpoint (spec/transport.md §2.6): mixed into its connection ids so
+    /// that a restarted process with the same `seed` picks ids its previous run did not, and
+    /// nothing addressed to the old run is taken for the new one. A real host draws it from
+    /// the OS at start; 0 (the default) keeps the simulator's ids reproducible.
+    pub incarnation: u64,
+    /// Connections opened by peers this endpoint keeps at most (Closed and Failed ones
+    /// count until reaped); further OPENs are dropped, counted `drop_open_limit`
+    /// (spec/security.md §3.1).
+    pub max_accepted: u32,
+    /// Of those, at most this many from one IPv4 address.
+    pub max_accepted_per_peer: u32,
     /// Defaults for connections this endpoint opens or accepts.
     pub conn: ConnConfig,
     /// How often the receiver recomputes fair shares (ns).
@@ -27,6 +38,9 @@ impl Default for EndpointConfig {
         EndpointConfig {
             line_rate_mbps: 100_000,
             seed: 0x5eed_f00d,
+            incarnation: 0,
+            max_accepted: 65_536,
+            max_accepted_per_peer: 65_536,
             conn: ConnConfig::default(),
             share_interval_ns: 10_000,
             share_target: 0.97,

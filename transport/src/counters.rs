@@ -67,6 +67,15 @@ pub struct ConnCounters {
     pub messages_completed_tx: u64,
     pub messages_completed_rx: u64,
     pub path_failures: u64,
+    /// ACK blocks ignored whole because they acknowledge a PSN this end never sent on that
+    /// path (a broken or hostile peer: spec/security.md §3.1).
+    pub rx_acks_bogus: u64,
+    /// ACK blocks whose cumulative PSN is below one already acknowledged (reordered ACKs,
+    /// or a peer running its ACKs backwards); their selective part is still used.
+    pub rx_acks_stale: u64,
+    /// NACKs that name no outstanding packet or work request (late, duplicate or forged):
+    /// they change nothing.
+    pub rx_nacks_ignored: u64,
 }
 
 /// Endpoint-wide drop counters (packets that never reached a connection).
@@ -79,5 +88,8 @@ pub struct EndpointCounters {
     pub drop_bad_crc: u64,
     pub drop_malformed: u64,
     pub drop_unknown_conn: u64,
+    /// OPENs refused because the endpoint already accepts `max_accepted` connections, or
+    /// `max_accepted_per_peer` from that address (spec/security.md §3.1); not answered.
+    pub drop_open_limit: u64,
     pub tx_datagrams: u64,
 }

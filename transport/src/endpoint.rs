@@ -20,6 +20,8 @@ pub struct Endpoint {
     /// BTreeMap: iteration order (and so every run) is deterministic.
     conns: BTreeMap<u32, Connection>,
     by_peer: HashMap<(Ipv4Addr, u32), u32>,
+    /// Accepted connections (those in `by_peer`) per peer address: the OPEN bounds.
+    accepted_from: HashMap<Ipv4Addr, u32>,
     id_state: u64,
     /// Connections that may have something to send, in round-robin order. Work per packet is
     /// independent of the number of connections.
@@ -49,10 +51,12 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(cfg: EndpointConfig) -> Self {
         Endpoint {
-            id_state: cfg.seed,
+            // Ids of another incarnation (same seed, other run) are unrelated: §2.6.
+            id_state: cfg.seed ^ cfg.incarnation,
             cfg,
             conns: BTreeMap::new(),
             by_peer: HashMap::default(),
+            accepted_from: HashMap::default(),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             dirty: Vec::new(),
@@ -335,6 +339,16 @@ impl Endpoint {
             self.touch(id);
             return;
         }
+        // Bounded state: an OPEN flood (from spoofed sources too) costs at most these many
+        // connections; the rest are dropped unanswered.
+        let from = self.accepted_from.get(&src).copied().unwrap_or(0);
+        if self.by_peer.len() >= self.cfg.max_accepted as usize
+            || from >= self.cfg.max_accepted_per_peer
+        {
+            self.counters.drop_open_limit += 1;
+            return;
+        }
+        *self.accepted_from.entry(src).or_insert(0) += 1;
         let id = self.new_conn_id();
         let seed = splitmix64(self.cfg.seed ^ id as u64);
         let mut c = Connection::new(
@@ -560,7 +574,19 @@ impl Endpoint {
             .collect();
         for k in dead {
             if let Some(c) = self.conns.remove(&k) {
-                self.by_peer.retain(|_, v| *v != c.id.0);
+                let from = &mut self.accepted_from;
+                self.by_peer.retain(|(a, _), v| {
+                    if *v != c.id.0 {
+                        return true;
+                    }
+                    if let Some(n) = from.get_mut(a) {
+                        *n -= 1;
+                        if *n == 0 {
+                            from.remove(a);
+                        }
+                    }
+                    false
+                });
             }
         }
     }

@@ -15,6 +15,7 @@ pub mod config;
 pub mod conn;
 pub mod counters;
 pub mod endpoint;
+pub mod keys;
 pub mod mem;
 pub mod path;
 pub mod roce;

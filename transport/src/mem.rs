@@ -6,6 +6,7 @@
 //! (used by the simulator and tests; the verbs shim provides one over real registered memory).
 
 use crate::api::Sge;
+use crate::keys::KeyGen;
 use rustc_hash::FxHashMap as HashMap;
 
 /// Access rights of a memory region (verbs `IBV_ACCESS_*` semantics).
@@ -168,25 +169,41 @@ pub struct Region {
 }
 
 /// A safe [`Memory`] over owned buffers: lkey == rkey == the key returned by `register`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Regions {
     regions: HashMap<u32, Region>,
-    next_key: u32,
+    keys: KeyGen,
+}
+
+impl Default for Regions {
+    fn default() -> Self {
+        Regions::new()
+    }
 }
 
 impl Regions {
+    /// Regions with reproducible (so predictable) keys: for the simulator and tests. A real
+    /// host uses [`Regions::with_keys`] with a secret from the OS.
     pub fn new() -> Self {
+        Regions::with_keys(KeyGen::deterministic(0))
+    }
+
+    /// Regions whose keys come from `keys` (spec/security.md §1.1).
+    pub fn with_keys(keys: KeyGen) -> Self {
         Regions {
             regions: HashMap::default(),
-            next_key: 0x100,
+            keys,
         }
     }
 
     /// Register `len` zeroed bytes that appear at virtual address `addr`; returns the key.
     pub fn register(&mut self, pd: u32, addr: u64, len: usize, access: u32) -> u32 {
-        let key = self.next_key;
-        // Keys step by an odd constant so neighbouring regions don't get guessable keys.
-        self.next_key = self.next_key.wrapping_add(0x9e37);
+        let key = loop {
+            let k = self.keys.next_key();
+            if !self.regions.contains_key(&k) {
+                break k;
+            }
+        };
         self.regions.insert(
             key,
             Region {
@@ -209,6 +226,11 @@ impl Regions {
 
     pub fn region_mut(&mut self, key: u32) -> Option<&mut Region> {
         self.regions.get_mut(&key)
+    }
+
+    /// Every registered region with its key, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Region)> {
+        self.regions.iter().map(|(&k, r)| (k, r))
     }
 
     /// Byte range inside region `key` for [addr, addr+len), checked.

@@ -273,6 +273,31 @@ impl TxPath {
             .map(|s| s.sent_at);
     }
 
+    /// Whether an ACK (`cum`: the first PSN not received; `sack` bit i: PSN cum + 1 + i)
+    /// acknowledges a PSN this path never sent: such an ACK is not to be believed at all.
+    pub(crate) fn ack_names_unsent(&self, cum: u32, sack: &Sack256) -> bool {
+        if psn_diff(cum, self.next_psn) > 0 {
+            return true;
+        }
+        sack.0.iter().enumerate().any(|(w, word)| {
+            let mut bits = *word;
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                let psn = cum.wrapping_add(1 + w as u32 * 64 + b);
+                if !psn_lt(psn, self.next_psn) {
+                    return true;
+                }
+            }
+            false
+        })
+    }
+
+    /// Whether `cum` is below this path's cumulative acknowledgement already.
+    pub(crate) fn ack_is_stale(&self, cum: u32) -> bool {
+        psn_diff(cum, self.base_psn) < 0
+    }
+
     /// Process one ACK for this path into `out` (cleared first; the caller keeps it, so an
     /// ACK allocates nothing once its vectors have grown).
     #[allow(clippy::too_many_arguments)]

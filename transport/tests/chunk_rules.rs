@@ -12,7 +12,7 @@ use ferroce_transport::mem::access;
 use ferroce_transport::wire::{flags, DataOp, NackReason};
 use ferroce_transport::*;
 
-/// B's target region (key 0x100, the first `Regions` key), 256 bytes of 0xee, and one
+/// B's target region (at `DST`, its key `p.rkey()`), 256 bytes of 0xee, and one
 /// receive posted for WRITE_IMM / SEND.
 fn setup() -> Pair {
     let mut p = Pair::new();

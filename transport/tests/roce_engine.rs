@@ -756,6 +756,35 @@ fn retry_exceeded_when_the_peer_is_silent() {
     );
 }
 
+/// A dead peer with retry_cnt 7: IBTA's reading (the verbs shim's) fails the QP after 7
+/// retries, the 8th timeout; rxe's (the default) keeps retrying.
+#[test]
+fn retry_cnt_7_fails_after_seven_retries_unless_forever() {
+    for forever in [false, true] {
+        let mut w = Wire::new(&|c| {
+            c.retry_cnt = 7;
+            c.retry_forever_at_7 = forever;
+        });
+        let k = setup(&mut w, 65536);
+        w.drop = Box::new(|from_a, _, _, _| from_a);
+        bulk_writes(&mut w, &k, 2, 1000);
+        // 8 timeouts of ~67 ms (timeout 14) fit in 1 s; far more than that in 3 s.
+        w.run(3_000_000_000);
+        let st: Vec<Status> = w.a.done.iter().map(|c| c.status).collect();
+        if forever {
+            assert!(st.is_empty(), "{st:?}");
+            assert!(w.a.ep.counters().timeouts > 8);
+        } else {
+            assert_eq!(st, vec![Status::RetryExceeded, Status::Flushed]);
+            assert_eq!(
+                w.a.ep.counters().timeouts,
+                8,
+                "7 retries, the 8th timeout fails"
+            );
+        }
+    }
+}
+
 #[test]
 fn psn_wraps_around_2_pow_24() {
     let mut w = Wire::new(&|c| c.initial_psn = Some(0xff_fff0));

@@ -8,6 +8,7 @@
 //! | `FERROCE_EAL` | EAL arguments, whitespace-separated (default: no hugepages, no PCI, per-process prefix) |
 //! | `FERROCE_LOSS` | injected loss probability on transmit (`fault.tx.loss`), e.g. `0.01` |
 //! | `FERROCE_ROCE_TIMEOUT` | RoCEv2 device: local ACK timeout exponent (4.096 µs × 2^t), default 14 |
+//! | `FERROCE_ROCE_RETRY` | RoCEv2 device: `forever` (default, rxe's reading of retry_cnt 7) or `ibta` (7 retries, as a NIC: a dead peer ends in IBV_WC_RETRY_EXC_ERR) |
 //! | `FERROCE_DP__A__B=v` | any other field `a.b` of the dataplane configuration |
 //! | `FERROCE_VERBS_DEBUG=1` | log the shim's decisions to stderr |
 //!
@@ -24,6 +25,7 @@ pub const ENV_PMD: &str = "FERROCE_PMD";
 pub const ENV_EAL: &str = "FERROCE_EAL";
 pub const ENV_LOSS: &str = "FERROCE_LOSS";
 pub const ENV_ROCE_TIMEOUT: &str = "FERROCE_ROCE_TIMEOUT";
+pub const ENV_ROCE_RETRY: &str = "FERROCE_ROCE_RETRY";
 
 /// Whether `FERROCE_VERBS_DEBUG` is set.
 pub fn debug() -> bool {
@@ -132,6 +134,18 @@ pub fn roce_timeout(vars: &[(String, String)]) -> Result<u8, String> {
     }
 }
 
+/// Whether retry_cnt 7 means "forever" (rxe, the default) or seven retries (`ibta`).
+pub fn roce_retry_forever(vars: &[(String, String)]) -> Result<bool, String> {
+    match vars.iter().find(|(n, _)| n == ENV_ROCE_RETRY) {
+        None => Ok(true),
+        Some((_, v)) => match v.trim() {
+            "forever" => Ok(true),
+            "ibta" => Ok(false),
+            _ => Err(format!("{ENV_ROCE_RETRY}={v:?}: expected forever or ibta")),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +154,22 @@ mod tests {
         p.iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn roce_retry_reading_from_the_environment() {
+        assert_eq!(roce_retry_forever(&v(&[])), Ok(true));
+        assert_eq!(
+            roce_retry_forever(&v(&[(ENV_ROCE_RETRY, "forever")])),
+            Ok(true)
+        );
+        assert_eq!(
+            roce_retry_forever(&v(&[(ENV_ROCE_RETRY, "ibta")])),
+            Ok(false)
+        );
+        assert!(roce_retry_forever(&v(&[(ENV_ROCE_RETRY, "7")]))
+            .unwrap_err()
+            .contains(ENV_ROCE_RETRY));
     }
 
     #[test]

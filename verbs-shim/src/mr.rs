@@ -9,6 +9,7 @@
 //! Besides application regions the table holds shim-owned buffers (the copies of inline
 //! sends), which are ordinary `Vec<u8>`s.
 
+use ferroce_transport::keys::KeyGen;
 use ferroce_transport::mem::{access, AtomicOp, MemError, Memory};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,10 +50,10 @@ impl Region {
 }
 
 /// The table of regions; lkey == rkey.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MrTable {
     regions: HashMap<u32, Region>,
-    next_key: u32,
+    keys: KeyGen,
     /// Per-QP protection domains (see [`MrTable::new_domain`]).
     domains: HashMap<u32, Domain>,
     next_domain: u32,
@@ -75,22 +76,22 @@ const REMOTE_RIGHTS: u32 = access::REMOTE_WRITE | access::REMOTE_READ | access::
 pub type SharedMrs = Arc<RwLock<MrTable>>;
 
 impl MrTable {
-    /// A table whose keys start at a per-process value (keys of two processes differ, so a
-    /// stale or foreign key finds nothing).
-    pub fn new(seed: u32) -> Self {
+    /// A table whose keys come from `keys`: seeded from the OS in the shim, so keys are
+    /// unpredictable and those of two processes (or two runs) unrelated
+    /// (spec/security.md §1.1).
+    pub fn new(keys: KeyGen) -> Self {
         MrTable {
             regions: HashMap::default(),
-            next_key: (seed.wrapping_mul(0x9e37_79b9) | 0x100) & 0x7fff_ffff,
-            ..Default::default()
+            keys,
+            domains: HashMap::default(),
+            next_domain: 0,
         }
     }
 
     fn new_key(&mut self) -> u32 {
         loop {
-            // An odd step: neighbouring registrations get unrelated-looking keys.
-            self.next_key = self.next_key.wrapping_add(0x3b9a_ca07) & 0x7fff_ffff;
-            let k = self.next_key;
-            if k != 0 && !self.regions.contains_key(&k) {
+            let k = self.keys.next_key();
+            if !self.regions.contains_key(&k) {
                 return k;
             }
         }
@@ -529,7 +530,7 @@ mod tests {
     fn a_qp_domain_carries_its_pd_and_access_flags() {
         let mut buf = vec![0u8; 16];
         let base = buf.as_mut_ptr() as u64;
-        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(5)));
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(KeyGen::deterministic(5))));
         let all = access::LOCAL_WRITE | REMOTE_RIGHTS;
         let k = t.write().unwrap().register_app(1, base, 16, all).unwrap();
         let (d, other) = {
@@ -568,7 +569,7 @@ mod tests {
         let mut a = vec![0u8; 32];
         let mut b = vec![0u8; 16];
         let (pa, pb) = (a.as_mut_ptr() as u64, b.as_mut_ptr() as u64);
-        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(3)));
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(KeyGen::deterministic(3))));
         let k = t
             .write()
             .unwrap()
@@ -604,7 +605,7 @@ mod tests {
     fn bounds_keys_rights_and_domains() {
         let mut buf = vec![0u8; 64];
         let base = buf.as_mut_ptr() as u64;
-        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(7)));
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(KeyGen::deterministic(7))));
         let k = t
             .write()
             .unwrap()
@@ -659,7 +660,7 @@ mod tests {
     fn atomics_and_owned_copies() {
         let mut words = vec![5u64; 4];
         let base = words.as_mut_ptr() as u64;
-        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(9)));
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(KeyGen::deterministic(9))));
         let k = t
             .write()
             .unwrap()

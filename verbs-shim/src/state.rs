@@ -232,8 +232,15 @@ pub fn global() -> &'static Global {
     static G: OnceLock<Global> = OnceLock::new();
     G.get_or_init(|| {
         let s = seed();
+        // Memory keys from an OS secret (spec/security.md §1.1). Without one every key would
+        // be guessable; no Linux this runs on lacks getrandom(2) or /dev/urandom, and std's
+        // own hash maps abort in the same case.
+        let keys = ferroce_dataplane::entropy::os_keys().unwrap_or_else(|e| {
+            eprintln!("ferroce verbs: no OS randomness for memory keys: {e}");
+            std::process::abort()
+        });
         Global {
-            mrs: Arc::new(RwLock::new(MrTable::new(s))),
+            mrs: Arc::new(RwLock::new(MrTable::new(keys))),
             wrs: Mutex::new(HashMap::new()),
             next_wr: AtomicU64::new(1),
             // QPNs: 24 bits, unique per host: a per-process start (pid and time), QPN 0 and
@@ -292,6 +299,7 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     let vars: Vec<(String, String)> = std::env::vars().collect();
     let cfg = crate::config::load(&vars)?;
     let roce_timeout = crate::config::roce_timeout(&vars)?;
+    let roce_retry_forever = crate::config::roce_retry_forever(&vars)?;
     ferroce_dataplane::config::preflight(&cfg).map_err(|e| format!("ferroce verbs: {e}"))?;
     let ip = cfg.address().map_err(|e| e.to_string())?;
     let eal = crate::engines::eal(&cfg)?;
@@ -328,7 +336,10 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             let m = ec.conn.mtu as u32;
             // The connection manager rides beside the endpoint (cm.rs).
             (
-                crate::cm::wrap(engine::native_transport(cfg.port.mtu, ec)),
+                crate::cm::wrap(
+                    engine::native_transport(cfg.port.mtu, ec)
+                        .map_err(|e| format!("ferroce verbs: OS randomness: {e}"))?,
+                ),
                 m,
             )
         }
@@ -336,6 +347,11 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             let mut rc = RoceConfig::new(ip);
             rc.mtu = 1024;
             rc.timeout = roce_timeout;
+            // rxe's "retry_cnt 7 = forever" unless FERROCE_ROCE_RETRY=ibta: then, as on a
+            // NIC, a peer that died fails the QP's work with IBV_WC_RETRY_EXC_ERR after 7
+            // retries. (IBTA's reading by default made perftest and srq_pingpong runs fail
+            // on this loaded machine: stalls of a few hundred ms exhaust 7 retries.)
+            rc.retry_forever_at_7 = roce_retry_forever;
             let m = rc.effective_mtu();
             (Box::new(RoceEndpoint::new(rc)), m)
         }

@@ -196,14 +196,20 @@ impl std::fmt::Debug for Engine {
 /// packet's gap at the hinted rate; without credit the rate would be one packet per poll.
 pub const ENGINE_PACE_CATCH_UP: u32 = 16;
 
-/// A native-protocol transport sized for `ip_mtu`.
+/// A native-protocol transport sized for `ip_mtu`, in an incarnation of its own: its
+/// connection ids are mixed with 64 bits from the OS, so a restarted process (same seed)
+/// never takes the previous run's packets for its own (spec/transport.md §2.6).
 pub fn native_transport(
     ip_mtu: u16,
     mut cfg: ferroce_transport::EndpointConfig,
-) -> Box<dyn Transport + Send> {
+) -> std::io::Result<Box<dyn Transport + Send>> {
     cfg.conn.mtu = payload_mtu(ip_mtu);
     cfg.conn.pace_catch_up = cfg.conn.pace_catch_up.max(ENGINE_PACE_CATCH_UP);
-    Box::new(Endpoint::new(cfg))
+    let s = crate::entropy::os_secret()?;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&s[..8]);
+    cfg.incarnation = u64::from_le_bytes(b);
+    Ok(Box::new(Endpoint::new(cfg)))
 }
 
 impl Engine {
@@ -225,7 +231,7 @@ impl Engine {
             FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278),
         );
         let io = io_stack(port, pcap, Some(faults));
-        Ok(Engine::with_io(io, pool, transport, p, tsc_hz))
+        Engine::with_io(io, pool, transport, p, tsc_hz)
     }
 
     /// An engine over any packet I/O; `pool` gives the mbufs it builds frames in. `p.pcap`
@@ -236,7 +242,7 @@ impl Engine {
         transport: Box<dyn Transport + Send>,
         p: EngineParams,
         tsc_hz: u64,
-    ) -> (Engine, EngineHandle) {
+    ) -> std::io::Result<(Engine, EngineHandle)> {
         let caps = io.caps();
         let mut mac = caps.mac;
         if mac == [0; 6] {
@@ -246,7 +252,8 @@ impl Engine {
         let burst = p.burst.min(caps.max_burst).max(1);
         let (cmd_tx, cmd_rx) = bounded(p.queue_depth.max(1));
         let (out_tx, out_rx) = bounded(p.queue_depth.max(1));
-        let mem: SharedMem = Arc::new(Mutex::new(Regions::new()));
+        // Unpredictable keys: a peer that saw one rkey cannot guess another.
+        let mem: SharedMem = Arc::new(Mutex::new(Regions::with_keys(crate::entropy::os_keys()?)));
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(Value::Null));
         let waker = Arc::new(crate::wake::Waiter::new());
@@ -299,7 +306,7 @@ impl Engine {
             stats,
             waker,
         };
-        (e, h)
+        Ok((e, h))
     }
 
     pub fn mac(&self) -> [u8; 6] {

@@ -81,6 +81,14 @@ impl Connection {
     /// One path's acknowledgement (`b.path` checked by the caller).
     fn ack_block(&mut self, now: u64, a: &AckBlock, done: &mut AckDone) {
         let p = a.path as usize;
+        if self.paths[p].ack_names_unsent(a.cum_psn, &a.sack) {
+            // Believing it would complete work the peer never received.
+            self.counters.rx_acks_bogus += 1;
+            return;
+        }
+        if self.paths[p].ack_is_stale(a.cum_psn) {
+            self.counters.rx_acks_stale += 1;
+        }
         let now32 = now as u32;
         let rtt = now32.wrapping_sub(a.ts_echo).wrapping_sub(a.ack_delay_ns);
         let rtt_sample = (a.ts_echo != 0 && rtt < 1 << 31).then_some(rtt.max(1) as u64);
@@ -209,7 +217,13 @@ impl Connection {
                 return;
             }
             None => {
+                let outstanding = self
+                    .streams
+                    .get_mut(&n.stream)
+                    .and_then(|s| s.wr_mut(n.msn))
+                    .is_some_and(|w| !w.done());
                 if path == NO_PATH
+                    && outstanding
                     && matches!(
                         n.reason,
                         NackReason::RemoteAccess
@@ -219,7 +233,9 @@ impl Connection {
                 {
                     (n.stream, n.msn, None)
                 } else {
-                    return; // stale NACK for a packet already dealt with
+                    // Stale: for a packet already dealt with (or never sent).
+                    self.counters.rx_nacks_ignored += 1;
+                    return;
                 }
             }
         };

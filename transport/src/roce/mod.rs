@@ -46,8 +46,12 @@ pub struct RoceConfig {
     /// (~67 ms, the rxe/perftest default); benchmarks may use e.g. 5 (~131 µs).
     pub timeout: u8,
     /// Transport retries (timeouts, NAK sequence errors, implicit NAKs) without progress
-    /// before RetryExceeded; 7 = retry forever, as rxe does. Default 7.
+    /// before RetryExceeded; 7 = retry forever when `retry_forever_at_7`. Default 7.
     pub retry_cnt: u8,
+    /// Whether `retry_cnt` 7 means "retry forever", as rxe has it (default true), or seven
+    /// retries, as IBTA and real NICs have it (the verbs shim: a dead peer must end in
+    /// `IBV_WC_RETRY_EXC_ERR`, not a hang).
+    pub retry_forever_at_7: bool,
     /// RNR NAKs tolerated without progress before RnrRetryExceeded; 7 = forever (IBTA).
     /// Default 7.
     pub rnr_retry: u8,
@@ -85,6 +89,7 @@ impl RoceConfig {
             mtu: 1024,
             timeout: 14,
             retry_cnt: 7,
+            retry_forever_at_7: true,
             rnr_retry: 7,
             min_rnr_timer: 12,
             max_unacked_psns: 128,

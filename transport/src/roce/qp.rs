@@ -456,7 +456,7 @@ impl Qp {
             self.enter_error(ctx, Some(0), Status::RetryExceeded);
             return;
         }
-        if ctx.cfg.retry_cnt != 7 {
+        if ctx.cfg.retry_cnt != 7 || !ctx.cfg.retry_forever_at_7 {
             self.req.retry_left -= 1;
         }
         ctx.counters.go_back_n += 1;

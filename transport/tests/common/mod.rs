@@ -152,8 +152,13 @@ impl Pair {
         &self.mb.region(self.rkey()).unwrap().data
     }
 
+    /// The key of B's region at `DST` (registered by the test).
     pub fn rkey(&self) -> u32 {
-        0x100
+        self.mb
+            .iter()
+            .find(|(_, r)| r.addr == DST)
+            .map(|(k, _)| k)
+            .expect("a region at DST")
     }
 }
 
