@@ -26,8 +26,9 @@ mod abi;
 
 const WRITE_BW: &str = "/usr/bin/ib_write_bw";
 const SERVER_KERNEL_IP: &str = "198.18.8.2";
-/// From the kill to the survivor's exit: native fails after its retry limit (16 RTOs of its
-/// one path, 2 ms doubling to the engine's 200 ms `max_rto`: 2.05 s), RoCEv2 after 7
+/// From the kill to the survivor's exit: native fails after its retry limit (16 RTOs in a
+/// row of a path, 2 ms doubling to the engine's 200 ms `max_rto`: 2.06 s measured with the
+/// shim's default paths), RoCEv2 after 7
 /// retries of the 67 ms ACK timeout (8 timeouts: 0.54 s); plus slack for two shared cores.
 const BOUND: Duration = Duration::from_secs(8);
 
@@ -134,11 +135,9 @@ fn write_bw(pair: &VethPair, libs: &Path, k: usize, dev: &str, iters: &str) -> P
             "FERROCE_PMD",
             format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[k]),
         )
-        // One path, as in the dataplane's veth tests (one veth has no ECMP to spread over).
-        // With 8 paths every path's RTO expiry counts towards the retry limit once no path
-        // is Good, so ~20 ms without ACKs (an engine descheduled on these shared cores)
-        // fail the connection: seen here as spurious RETRY_EXC_ERR with both peers alive.
-        .env("FERROCE_DP__TRANSPORT__PATHS", "1")
+        // The shim's default paths: the retry limit counts rounds of back-off, not expiries
+        // summed over paths (spec/transport.md §5.4), so a descheduled engine no longer
+        // fails a live connection.
         // RoCEv2: IBTA's retry count (7 retries), as a NIC; the shim's default is rxe's
         // "7 = forever", under which the survivor would retry for ever.
         .env("FERROCE_ROCE_RETRY", "ibta")
