@@ -9,6 +9,7 @@
 //! - [`config`]: the engine's configuration from the environment.
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
+//! - [`uc`]: UC QPs (unreliable streams / IBTA UC QPs): their modify masks and opcodes.
 //! - [`cm`]: the connection manager beside the native engine, and the private interface
 //!   `librdmacm.so.1` (crate `rdmacm/`) drives it through.
 //! - [`bench`]: `ferroce bench verbs` (perftest over the shim next to the engine's own run).
@@ -24,6 +25,7 @@ pub mod mr;
 pub mod srq;
 pub mod state;
 pub mod sys;
+pub mod uc;
 pub mod ud;
 pub mod verbs;
 

@@ -148,6 +148,7 @@ fn chan(peer: Ipv4Addr, mode: Mode) -> (Arc<QpShared>, bool) {
         qp_ptr: AtomicUsize::new(0),
         srq: None,
         ud: None,
+        uc: false,
     });
     {
         let mut inner = lock(&c.inner);

@@ -992,13 +992,13 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return fail(libc::EINVAL, "ibv_create_qp: no context");
     };
-    if a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UD {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp: only RC and UD QPs");
+    if a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UD && a.qp_type != IBV_QPT_UC {
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp: only RC, UC and UD QPs");
     }
     let srq = if a.srq.is_null() {
         None
     } else if a.qp_type != IBV_QPT_RC {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp: SRQ with a UD QP");
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp: SRQ with a UD or UC QP");
     } else {
         // SAFETY: SRQs come from ibv_create_srq: ibv_srq is the first field of our Srq.
         Some(unsafe { &*(a.srq as *const Srq) }.st.clone())
@@ -1051,6 +1051,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         qp_ptr: AtomicUsize::new(0),
         srq,
         ud: (a.qp_type == IBV_QPT_UD).then(crate::ud::UdQp::default),
+        uc: a.qp_type == IBV_QPT_UC,
     });
     // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
     let mut qp = Box::new(Qp {
@@ -1165,6 +1166,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         cur
     };
     let ok = match (cur, new) {
+        _ if st.uc => crate::uc::modify_ok(cur, new, mask),
         (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => true,
         (IBV_QPS_RESET, IBV_QPS_INIT) | (IBV_QPS_INIT, IBV_QPS_INIT) => true,
         (IBV_QPS_INIT, IBV_QPS_RTR) if st.ud.is_some() => true,
@@ -1482,6 +1484,10 @@ unsafe extern "C" fn op_post_send(
             set_bad(wr);
             return libc::EINVAL;
         };
+        if st.uc && !crate::uc::opcode_ok(w.opcode) {
+            set_bad(wr);
+            return libc::EINVAL;
+        }
         // SAFETY: reading the union members the opcode selects.
         let (rdma, atomic, imm) = unsafe { (w.wr.rdma, w.wr.atomic, w.__bindgen_anon_1.imm_data) };
         let imm = u32::from_be(imm);
