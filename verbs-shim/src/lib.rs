@@ -9,6 +9,7 @@
 //! - [`config`]: the engine's configuration from the environment.
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
+//! - [`lid`]: LIDs on the Ethernet ports, for programs that address peers by LID (qperf).
 //! - [`uc`]: UC QPs (unreliable streams / IBTA UC QPs): their modify masks and opcodes.
 //! - [`cm`]: the connection manager beside the native engine, and the private interface
 //!   `librdmacm.so.1` (crate `rdmacm/`) drives it through.
@@ -21,6 +22,7 @@ pub mod bench;
 pub mod cm;
 pub mod config;
 pub mod exports;
+pub mod lid;
 pub mod mr;
 pub mod srq;
 pub mod state;

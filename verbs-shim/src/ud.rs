@@ -381,6 +381,11 @@ pub fn complete(meta: WrMeta, c: Completion, t: &mut dyn Transport) {
             let status = if c.status == Status::Success {
                 IBV_WC_SUCCESS
             } else {
+                dbg_log!(
+                    "UD send of QP {:#x} failed on its stream: {:?}",
+                    app.qpn,
+                    c.status
+                );
                 IBV_WC_GENERAL_ERR
             };
             let mut wc = err_wc(app, meta.app_wr_id, status);

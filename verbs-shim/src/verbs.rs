@@ -333,7 +333,7 @@ fn port_attr(dev: &Dev) -> ibv_port_attr {
         bad_pkey_cntr: 0,
         qkey_viol_cntr: 0,
         pkey_tbl_len: 1,
-        lid: 0,
+        lid: crate::lid::port_lid(),
         sm_lid: 0,
         lmc: 0,
         max_vl_num: 1,
@@ -1134,7 +1134,8 @@ unsafe extern "C" fn vctx_create_qp_ex(
 
 pub(crate) fn peer_of(ah: &ibv_ah_attr) -> Option<Ipv4Addr> {
     if ah.is_global == 0 {
-        return None;
+        // Addressed by LID (lid.rs).
+        return crate::lid::peer_of_lid(ah.dlid);
     }
     // SAFETY: reading the raw bytes of a plain-data union.
     let raw = unsafe { ah.grh.dgid.raw };
@@ -1220,11 +1221,29 @@ pub unsafe extern "C" fn ibv_modify_qp(
         let Some(peer) = peer_of(&a.ah_attr) else {
             eprintln!(
                 "ferroce verbs: QP {:#x}: the address vector needs a global route to an \
-                 IPv4-mapped GID (::ffff:a.b.c.d, GID index 1; e.g. ibv_rc_pingpong -g 1)",
+                 IPv4-mapped GID (::ffff:a.b.c.d, GID index 1; e.g. ibv_rc_pingpong -g 1), \
+                 or the DLID of a ferroce port (the low 16 bits of its engine's address)",
                 st.qpn
             );
             return libc::EINVAL;
         };
+        // RoCEv2 segments by the path MTU: a larger one than the engine's packets carry
+        // would never leave (native mode segments by its connection's MTU instead).
+        let want = 128u32 << a.path_mtu.min(5);
+        if let (Mode::Roce, true, Some(e)) = (
+            st.mode,
+            mask & IBV_QP_PATH_MTU != 0,
+            state::engine_if_running(),
+        ) {
+            if want > e.mtu {
+                eprintln!(
+                    "ferroce verbs: QP {:#x}: path_mtu {want} is above the port's active MTU {} \
+                     (e.g. qperf -mt {})",
+                    st.qpn, e.mtu, e.mtu
+                );
+                return libc::EINVAL;
+            }
+        }
         inner.peer = Some(peer);
         inner.remote_qpn = a.dest_qp_num & 0x00ff_ffff;
         inner.rq_psn = a.rq_psn & 0x00ff_ffff;
@@ -1791,12 +1810,13 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         return fail(libc::EINVAL, "ibv_create_ah");
     }
     // Both ports are Ethernet (RoCE): an address is a GID, so an AH without a global route
-    // names no destination (rdma-core's providers refuse it with EINVAL).
+    // names no destination (rdma-core's providers refuse it with EINVAL), unless it names a
+    // ferroce LID (lid.rs).
     // SAFETY: `attr` is the application's ibv_ah_attr (checked non-null above).
-    if unsafe { (*attr).is_global } == 0 {
+    if unsafe { (*attr).is_global == 0 && crate::lid::peer_of_lid((*attr).dlid).is_none() } {
         return fail(
             libc::EINVAL,
-            "ibv_create_ah: a RoCE port needs a GRH (is_global = 1)",
+            "ibv_create_ah: a RoCE port needs a GRH (is_global = 1) or a ferroce LID",
         );
     }
     // SAFETY: live PD and the caller's attributes.
