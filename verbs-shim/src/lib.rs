@@ -7,6 +7,7 @@
 //! - [`state`]: CQs, QPs, work in flight, connections and the engine.
 //! - [`mr`]: the memory-region table, the one module that touches application memory.
 //! - [`config`]: the engine's configuration from the environment.
+//! - [`cq_ex`]: extended CQs (`ibv_create_cq_ex`, the `ibv_start_poll` interface).
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
 //! - [`lid`]: LIDs on the Ethernet ports, for programs that address peers by LID (qperf).
@@ -21,6 +22,7 @@
 pub mod bench;
 pub mod cm;
 pub mod config;
+pub mod cq_ex;
 pub mod exports;
 pub mod lid;
 pub mod mr;

@@ -190,6 +190,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context
     v.query_port = Some(vctx_query_port);
     v.query_device_ex = Some(vctx_query_device_ex);
     v.create_qp_ex = Some(vctx_create_qp_ex);
+    v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
     let c = &mut v.context;
     c.device = d;
     c.cmd_fd = eventfd(0);
@@ -733,9 +734,12 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
 const MAX_CQE: c_int = (1 << 20) - 1;
 
 #[repr(C)]
+/// Laid out as an `ibv_cq_ex` (whose first fields are `ibv_cq`'s), so any CQ can be an
+/// extended one (`cq_ex.rs`).
 pub struct Cq {
-    pub cq: ibv_cq,
+    pub cq: ibv_cq_ex,
     pub st: Arc<CqState>,
+    pub ex: crate::cq_ex::Polling,
 }
 
 /// # Safety
@@ -786,6 +790,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     let mut cq = Box::new(Cq {
         cq: unsafe { std::mem::zeroed() },
         st,
+        ex: Default::default(),
     });
     cq.cq.context = c;
     cq.cq.channel = channel;
@@ -861,7 +866,7 @@ fn every() -> u32 {
     })
 }
 
-fn idle_backoff(cq: &CqState) {
+pub(crate) fn idle_backoff(cq: &CqState) {
     use std::cell::Cell;
     static SLEEP_US: OnceLock<u64> = OnceLock::new();
     thread_local!(static EMPTY: Cell<u32> = const { Cell::new(0) });

@@ -85,11 +85,6 @@ const SKIPS: &[(&str, &str)] = &[
         "Extended QP is not supported",
         "ibv_create_qp_ex send_ops_flags / ibv_qp_to_qp_ex: EOPNOTSUPP",
     ),
-    (
-        "Create Extended CQ is not supported",
-        "ibv_create_cq_ex: EOPNOTSUPP",
-    ),
-    ("Create UC QP", "UC QPs: EOPNOTSUPP"),
     ("Create Raw Packet QP", "raw packet QPs: EOPNOTSUPP"),
     (
         "To Create RAW QP must be done by root",
