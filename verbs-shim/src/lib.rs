@@ -8,6 +8,7 @@
 //! - [`mr`]: the memory-region table, the one module that touches application memory.
 //! - [`config`]: the engine's configuration from the environment.
 //! - [`cq_ex`]: extended CQs (`ibv_create_cq_ex`, the `ibv_start_poll` interface).
+//! - [`qp_ex`]: the `ibv_wr_*` send API (`ibv_qp_ex`).
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
 //! - [`lid`]: LIDs on the Ethernet ports, for programs that address peers by LID (qperf).
@@ -26,6 +27,7 @@ pub mod cq_ex;
 pub mod exports;
 pub mod lid;
 pub mod mr;
+pub mod qp_ex;
 pub mod srq;
 pub mod state;
 pub mod sys;

@@ -61,6 +61,22 @@ pub struct UdGlobal {
     listening: AtomicBool,
 }
 
+/// Queue a receive (id in the work-request map) on a UD QP whose queue holds at most `cap`
+/// (the `max_recv_wr` the QP reports): ENOMEM when it is full (ibv_post_recv(3)).
+pub fn post_recv(ud: &UdQp, id: u64, sgl: SgList, cap: usize) -> Result<(), i32> {
+    let mut rq = lock(&ud.rq);
+    // Receives flushed since (gone from the work-request map) no longer take room.
+    if rq.len() >= cap {
+        let wrs = lock(&global().wrs);
+        rq.retain(|(i, _)| wrs.contains_key(i));
+    }
+    if rq.len() >= cap {
+        return Err(libc::ENOMEM);
+    }
+    rq.push_back((id, sgl));
+    Ok(())
+}
+
 pub fn register_qp(qp: &Arc<QpShared>) {
     let g = &global().ud;
     lock(&g.qps).insert(qp.qpn, qp.clone());

@@ -974,7 +974,10 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint) {
 #[repr(C)]
 pub struct Qp {
     pub qp: ibv_qp,
+    /// The rest of an `ibv_qp_ex`, so that any QP can be an extended one (`qp_ex.rs`).
+    pub ex: crate::qp_ex::ExTail,
     pub st: Arc<QpShared>,
+    pub wr: crate::qp_ex::Builder,
 }
 
 /// # Safety
@@ -1061,7 +1064,9 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
     let mut qp = Box::new(Qp {
         qp: unsafe { std::mem::zeroed() },
+        ex: Default::default(),
         st,
+        wr: Default::default(),
     });
     qp.qp.context = c;
     qp.qp.qp_context = a.qp_context;
@@ -1113,11 +1118,20 @@ unsafe extern "C" fn vctx_create_qp_ex(
     // and every other extension (XRCD, send_ops_flags: ibv_qp_ex) is a feature this device
     // lacks.
     let create_flags = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0;
-    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 || create_flags {
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 || create_flags {
         return fail(
             libc::EOPNOTSUPP,
-            "ibv_create_qp_ex: only PD and empty create_flags in comp_mask",
+            "ibv_create_qp_ex: only PD, send_ops_flags and empty create_flags in comp_mask",
         );
+    }
+    // The ibv_wr_* API (qp_ex.rs), for the send ops the QP type has.
+    let send_ops = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    if send_ops {
+        if let Err(e) = crate::qp_ex::check_ops(a.qp_type, a.send_ops_flags) {
+            return fail(e, "ibv_create_qp_ex: send_ops_flags this QP type lacks");
+        }
     }
     if a.pd.is_null() || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
         return fail(libc::EINVAL, "ibv_create_qp_ex: no PD");
@@ -1134,6 +1148,10 @@ unsafe extern "C" fn vctx_create_qp_ex(
     // SAFETY: `a.pd` is a PD this library returned; create_qp checks null.
     let qp = unsafe { create_qp(a.pd, &mut b) };
     a.cap = b.cap;
+    if send_ops && !qp.is_null() {
+        // SAFETY: the QP just created.
+        unsafe { crate::qp_ex::enable(qp) };
+    }
     qp
 }
 
@@ -1423,9 +1441,17 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 }
 
 #[export_name = "ferroce_v_ibv_qp_to_qp_ex"]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    // The new post-send API is not offered: applications use ibv_post_send.
-    fail(libc::EOPNOTSUPP, "")
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // SAFETY: a QP of this library or null (the verbs contract).
+    let x = unsafe { crate::qp_ex::to_qp_ex(qp) };
+    if x.is_null() {
+        // A QP created without send ops has no ibv_qp_ex (as in rdma-core).
+        return fail(
+            libc::EOPNOTSUPP,
+            "ibv_qp_to_qp_ex: created without send_ops_flags",
+        );
+    }
+    x
 }
 
 pub(crate) fn sg_list(sge: *const ibv_sge, n: c_int) -> Option<SgList> {
@@ -1652,7 +1678,16 @@ unsafe extern "C" fn op_post_recv(
         );
         match &st.ud {
             // UD receives wait in the shim until a datagram for this QP arrives (ud.rs).
-            Some(ud) => lock(&ud.rq).push_back((id, sgl)),
+            Some(ud) => {
+                if let Err(e) = crate::ud::post_recv(ud, id, sgl, MAX_QP_WR as usize) {
+                    lock(&global().wrs).remove(&id);
+                    if !bad.is_null() {
+                        // SAFETY: as above.
+                        unsafe { *bad = wr };
+                    }
+                    return e;
+                }
+            }
             None => submit(st, Pending::Recv(RecvWr { wr_id: id, sgl })),
         }
         wr = w.next;

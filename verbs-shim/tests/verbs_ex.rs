@@ -1,7 +1,10 @@
 //! The extended verbs interfaces through the system `verbs.h` inline functions, which call
 //! function pointers in the shim's objects (so the C program checks their layout, rdma-core
-//! 44's): `tests/c/cq_ex.c` (`ibv_create_cq_ex`, `ibv_start_poll` / `ibv_next_poll` /
-//! `ibv_end_poll`, every `ibv_wc_read_*` the standard wc_flags ask for), over both devices,
+//! 44's): `tests/c/verbs_ex.c` (`ibv_create_cq_ex`, `ibv_start_poll` / `ibv_next_poll` /
+//! `ibv_end_poll`, every `ibv_wc_read_*` the standard wc_flags ask for; `ibv_create_qp_ex`
+//! with send ops, `ibv_qp_to_qp_ex`, `ibv_wr_start` / `ibv_wr_send(_imm)` /
+//! `ibv_wr_set_ud_addr` / `ibv_wr_set_sge` / `ibv_wr_set_inline_data` / `ibv_wr_complete` /
+//! `ibv_wr_abort`), over both devices,
 //! in a network namespace with the engine on `net_af_packet` (its traffic is UD to its own
 //! GID, which the shim delivers itself, and flushed receives). Bounded in time.
 //!
@@ -23,13 +26,13 @@ fn modes() -> Vec<&'static str> {
 }
 
 #[test]
-fn extended_cq_through_the_inline_verbs() {
+fn extended_cq_and_qp_through_the_inline_verbs() {
     if !is_root() || ferroce_dataplane::config::pmd_dir().is_none() {
         eprintln!("SKIPPED: needs root and DPDK's PMDs");
         return;
     }
     let libs = abi::lib_dir("cqex");
-    let bin = abi::build_c(&libs, "cq_ex");
+    let bin = abi::build_c(&libs, "verbs_ex");
     let pair = VethPair::create("x", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
     let mut failures = Vec::new();
     for dev in modes() {
@@ -44,14 +47,14 @@ fn extended_cq_through_the_inline_verbs() {
                 format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[0]),
             )
             .output()
-            .expect("run cq_ex");
+            .expect("run verbs_ex");
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
         let checks = text.lines().filter(|l| l.ends_with(": ok")).count();
-        eprintln!("cq_ex over {dev}: {checks} checks ok");
+        eprintln!("verbs_ex over {dev}: {checks} checks ok");
         if out.status.code() != Some(0) || !text.contains("RESULT ok") || text.contains(": FAIL") {
             failures.push(format!(
                 "over {dev} (exit {:?}):\n{text}",

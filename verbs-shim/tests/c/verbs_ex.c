@@ -1,6 +1,8 @@
-/* The extended CQ through the inline functions of the system verbs.h (ibv_create_cq_ex,
- * ibv_start_poll/ibv_next_poll/ibv_end_poll, ibv_wc_read_*), which call the function
- * pointers of struct ibv_cq_ex: so this checks the shim's layout of that struct too.
+/* The extended CQ and QP through the inline functions of the system verbs.h
+ * (ibv_create_cq_ex, ibv_start_poll/ibv_next_poll/ibv_end_poll, ibv_wc_read_*; ibv_wr_start,
+ * ibv_wr_send_imm, ibv_wr_set_ud_addr, ibv_wr_set_sge, ibv_wr_set_inline_data,
+ * ibv_wr_complete, ibv_wr_abort), which call the function pointers of struct ibv_cq_ex and
+ * struct ibv_qp_ex: so this checks the shim's layout of those structs too.
  * Completions come from UD datagrams to the device's own GID (index 1), which the shim
  * delivers itself, and from flushing a QP. One device, named by -d; one line per check and
  * "RESULT ok" at the end. */
@@ -156,6 +158,91 @@ int main(int argc, char **argv)
 	check(got_recv, "receive completion: byte_len, imm, qp_num, src_qp, wc_flags, slid, sl");
 	check(!memcmp(buf + 40, buf + 2048, N), "the datagram's payload after the GRH");
 	check(ibv_start_poll(cq, NULL) == ENOENT, "nothing more: ENOENT");
+
+	/* The ibv_wr_* API on a second UD QP: create_qp_ex with send ops, two sends in one
+	 * wr_start/wr_complete (an SGE and inline data), one aborted batch. */
+	struct ibv_qp_init_attr_ex xa = {
+		.send_cq = ibv_cq_ex_to_cq(cq),
+		.recv_cq = ibv_cq_ex_to_cq(cq),
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1,
+			 .max_inline_data = 64 },
+		.qp_type = IBV_QPT_UD,
+		.pd = pd,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
+	};
+	check(ibv_qp_to_qp_ex(qp) == NULL, "ibv_qp_to_qp_ex of a QP without send ops: NULL");
+	xa.send_ops_flags |= IBV_QP_EX_WITH_RDMA_WRITE;
+	errno = 0;
+	check(!ibv_create_qp_ex(ctx, &xa) && errno == EOPNOTSUPP, "UD QP with RDMA_WRITE: EOPNOTSUPP");
+	xa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW;
+	errno = 0;
+	check(!ibv_create_qp_ex(ctx, &xa) && errno == EOPNOTSUPP, "BIND_MW: EOPNOTSUPP");
+	xa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+	struct ibv_qp *q2 = ibv_create_qp_ex(ctx, &xa);
+	struct ibv_qp_ex *qx = q2 ? ibv_qp_to_qp_ex(q2) : NULL;
+	check(qx != NULL && (void *)qx == (void *)q2, "create_qp_ex with send ops; ibv_qp_to_qp_ex");
+	if (!qx)
+		return 1;
+	a.qp_state = IBV_QPS_INIT;
+	r = ibv_modify_qp(q2, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+	a.qp_state = IBV_QPS_RTR;
+	r |= ibv_modify_qp(q2, &a, IBV_QP_STATE);
+	a.qp_state = IBV_QPS_RTS;
+	r |= ibv_modify_qp(q2, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	check(r == 0, "second UD QP to RTS");
+	for (int i = 0; i < 2; i++) {
+		rs.addr = (uintptr_t)buf + 512 * i;
+		rwr.wr_id = 20 + i;
+		ibv_post_recv(q2, &rwr, &bad_r);
+	}
+	ibv_wr_start(qx);
+	qx->wr_id = 31;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(qx);
+	ibv_wr_set_ud_addr(qx, ah, q2->qp_num, 0x11111111);
+	ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)buf + 2048, N);
+	ibv_wr_abort(qx);
+	ibv_wr_start(qx);
+	qx->wr_id = 32;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send_imm(qx, htobe32(0xabcdef01));
+	ibv_wr_set_ud_addr(qx, ah, q2->qp_num, 0x11111111);
+	ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)buf + 2048, N);
+	qx->wr_id = 33;
+	ibv_wr_send(qx);
+	ibv_wr_set_ud_addr(qx, ah, q2->qp_num, 0x11111111);
+	ibv_wr_set_inline_data(qx, "inline!", 7);
+	check(ibv_wr_complete(qx) == 0, "ibv_wr_complete of two sends");
+	int sends = 0, recvs = 0, stray = 0;
+	n = 0;
+	r = start(cq);
+	while (r == 0 && n < 8 && (sends < 2 || recvs < 2)) {
+		n++;
+		uint64_t id = cq->wr_id;
+		if ((id == 32 || id == 33) && cq->status == IBV_WC_SUCCESS &&
+		    ibv_wc_read_opcode(cq) == IBV_WC_SEND)
+			sends++;
+		else if (id == 20 && cq->status == IBV_WC_SUCCESS && ibv_wc_read_byte_len(cq) == 40 + N &&
+			 (ibv_wc_read_wc_flags(cq) & IBV_WC_WITH_IMM) &&
+			 be32toh(ibv_wc_read_imm_data(cq)) == 0xabcdef01)
+			recvs++;
+		else if (id == 21 && cq->status == IBV_WC_SUCCESS && ibv_wc_read_byte_len(cq) == 40 + 7 &&
+			 !(ibv_wc_read_wc_flags(cq) & IBV_WC_WITH_IMM))
+			recvs++;
+		else
+			stray++;
+		r = ibv_next_poll(cq);
+		if (r == ENOENT && (sends < 2 || recvs < 2)) {
+			ibv_end_poll(cq);
+			r = start(cq);
+		}
+	}
+	ibv_end_poll(cq);
+	check(sends == 2 && recvs == 2 && stray == 0, "both sends and both receives, nothing from the aborted batch");
+	check(!memcmp(buf + 40, buf + 2048, N) && !memcmp(buf + 512 + 40, "inline!", 7),
+	      "the SGE's and the inline data's bytes");
+	ibv_destroy_qp(q2);
 
 	/* Flushed receives: errors through the same interface; ibv_poll_cq sees the same CQ. */
 	for (int i = 0; i < 3; i++) {
