@@ -11,6 +11,7 @@
 
 use crate::state::{Mode, QpInner, QpShared};
 use crate::sys::*;
+use ferroce_dataplane::engine::{Command, TransportFn};
 use ferroce_transport::roce::{QpParams, RoceEndpoint};
 use ferroce_transport::{ConnId, Endpoint, PostError, Transport};
 
@@ -45,6 +46,25 @@ pub fn opcode_ok(op: u32) -> bool {
         op,
         IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
     )
+}
+
+/// Wait (at most 1 s) until the engine has run every command posted so far. A UC QP's
+/// `ibv_post_recv` returns only then: on a NIC a posted receive is in place for any packet
+/// that arrives after the call, and a UC SEND that finds no receive is lost (RC's would be
+/// answered with an RNR NAK and resent). The engine handles the frames of a poll before the
+/// commands queued meanwhile, so without the wait a peer told "ready" right after the post
+/// (qperf's pingpong) can find its first message dropped.
+pub fn barrier() {
+    let Some(e) = crate::state::engine_if_running() else {
+        return;
+    };
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let sent = e.h.command(Command::Exec(TransportFn(Box::new(move |_| {
+        let _ = tx.send(());
+    }))));
+    if sent && rx.recv_timeout(std::time::Duration::from_secs(1)).is_err() {
+        crate::state::dbg_log!("UC receive: the engine did not run its commands within 1 s");
+    }
 }
 
 /// Create the UC QP's stream on `conn` (engine thread).

@@ -1692,6 +1692,10 @@ unsafe extern "C" fn op_post_recv(
         }
         wr = w.next;
     }
+    if st.uc {
+        // In place before the call returns (uc.rs).
+        crate::uc::barrier();
+    }
     0
 }
 

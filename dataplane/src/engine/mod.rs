@@ -1,8 +1,8 @@
 //! The poll-mode engine: one packet I/O (a DPDK port, with faults and capture stacked on it
 //! when asked: [`crate::io`]), one transport, one run loop.
 //!
-//! Each [`Engine::poll`]: rx burst → application commands → Ethernet/ARP/IPv4/UDP →
-//! `Transport::handle_datagram` → timers → `poll_transmit` straight into mbufs → tx burst →
+//! Each [`Engine::poll`]: rx burst → Ethernet/ARP/IPv4/UDP → `Transport::handle_datagram` →
+//! application commands → timers → `poll_transmit` straight into mbufs → tx burst →
 //! completions and events to the application.
 //!
 //! Copies: received payloads are handed to the transport in place (the mbuf's bytes), and the
@@ -391,22 +391,8 @@ impl Engine {
             None => &mut locked,
         };
 
-        // Receive, but first the application commands: every receive (and any other work)
-        // the application posted before one of these frames arrived takes effect before that
-        // frame is handled, as on a NIC. (A UC SEND that finds no receive is lost, not
-        // retried; an engine waking from its idle sleep finds both the frame and the
-        // command.)
+        // Receive.
         let n = self.io.rx_burst(now, &mut self.rx, self.p.burst);
-        for _ in 0..256 {
-            match self.cmd_rx.try_recv() {
-                Ok(c) => {
-                    work = true;
-                    self.counters.commands += 1;
-                    self.command(c);
-                }
-                Err(_) => break,
-            }
-        }
         if n > 0 {
             work = true;
             let mut rx = std::mem::take(&mut self.rx);
@@ -416,6 +402,18 @@ impl Engine {
                 self.handle_frame(now, &m, &mut *mem);
             }
             self.rx = rx;
+        }
+
+        // Application commands.
+        for _ in 0..256 {
+            match self.cmd_rx.try_recv() {
+                Ok(c) => {
+                    work = true;
+                    self.counters.commands += 1;
+                    self.command(c);
+                }
+                Err(_) => break,
+            }
         }
 
         // Timers.
