@@ -437,7 +437,7 @@ fn unmodified_programs_in_two_namespaces() {
 /// two namespaces, both modes, lossless, `-mt 1024` (the RoCEv2 port's active MTU: qperf's
 /// default 2048 is refused at RTR). qperf without `-cm1` (its UC and UD tests never use the
 /// CM) exchanges LIDs, not GIDs: the shim's ports have LIDs (lid.rs). One client process per
-/// test: the qperf server forks a new process for each test, and a client engine that
+/// test, 1 s apart: the qperf server forks a new process for each test, and a client engine that
 /// outlives its peer's engine keeps stale state for it (native: the connection; RoCEv2: the
 /// UD stream's PSNs). The server runs for the mode and is ended by its PID (SIGTERM to
 /// `timeout`, which passes it on).
@@ -478,6 +478,9 @@ fn qperf_uc_and_ud_in_two_namespaces() {
             .expect("spawn qperf server");
         std::thread::sleep(Duration::from_millis(500));
         for &t in &tests {
+            // The server's process for the previous test must be gone: two engines with one
+            // address on the link both take its frames.
+            std::thread::sleep(Duration::from_millis(1000));
             let args = ["198.18.0.2", "-i", &id, "-mt", "1024", "-t", "2", "-v", t];
             let t0 = Instant::now();
             let co = side(&pair, &libs, 0, qperf, &args, 0.0, Duration::from_secs(30))
