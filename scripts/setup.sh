@@ -54,7 +54,7 @@ ferroce_setup_dpdk() {
 }
 
 # The verbs shim's tests run the unmodified Debian verbs programs against it (ibverbs-utils,
-# perftest, libfabric-bin, ucx-utils, python3-pyverbs for rdma-core's test suite) and check its struct layouts and the stub provider
+# perftest, qperf, libfabric-bin, ucx-utils, python3-pyverbs for rdma-core's test suite) and check its struct layouts and the stub provider
 # libraries against the system infiniband/*.h (libibverbs-dev; rdma-core provides the provider
 # libraries whose symbols the stubs mirror).
 # Installs only what is missing.
@@ -62,6 +62,8 @@ ferroce_setup_verbs() {
     local missing=()
     command -v ibv_devinfo >/dev/null 2>&1 || missing+=(ibverbs-utils)
     command -v ib_write_bw >/dev/null 2>&1 || missing+=(perftest)
+    # qperf's UC and UD tests (verbs_apps.rs).
+    command -v qperf >/dev/null 2>&1 || missing+=(qperf)
     [ -f /usr/include/infiniband/verbs.h ] || missing+=(libibverbs-dev)
     dpkg -s rdma-core >/dev/null 2>&1 || missing+=(rdma-core)
     # libfabric's fi_info/fi_pingpong and UCX's ucx_info over the shim (verbs_fabric.rs).

@@ -213,7 +213,7 @@ def probe_body(v, seq, ts, declare=True):
 
 A = 0x7C3A91E5  # connection id chosen by endpoint A
 B = 0x1D05B2C8  # connection id chosen by endpoint B
-ACK_REQ, LAST, RETX, SOL, BACKLOG, ORDERED = 1, 2, 4, 8, 16, 32
+ACK_REQ, LAST, RETX, SOL, BACKLOG, ORDERED, UNRELIABLE = 1, 2, 4, 8, 16, 32, 64
 OUT = []
 
 
@@ -295,6 +295,18 @@ v.f("raddr", "0x7f0000002020")
 v.f("rsn", 12)
 v.f("imm", "0x01020304")
 payload(v, b"TAILDATA")
+v.seal()
+
+v = new("send_imm_unreliable", """
+SEND_IMM of an unreliable stream (UNRELIABLE, transport.md 3.5): the only packet of a 6-byte
+message; its rsn is carried but the receiver takes its oldest posted receive.
+""")
+base(v, "SEND_IMM", UNRELIABLE | LAST, 1, B)
+seqmsg(v, 300, 298, 77, 9, 4, 0, 6)
+v.seg(u32(4) + u32(0x00C0FFEE), "SEND_IMM: rsn 4, imm 0x00c0ffee")
+v.f("rsn", 4)
+v.f("imm", "0x00c0ffee")
+payload(v, b"uc msg")
 v.seal()
 
 v = new("read_req", """
@@ -533,8 +545,8 @@ probe_body(v, 17, 0x12345678)
 v.seal()
 
 v = new("flags_undefined", """
-Flag bits undefined for the opcode (0xc0 everywhere; ORDERED 0x20 outside WRITE and
-WRITE_IMM) are carried, not rejected: receivers ignore them, parse keeps the byte as is, emit
+Flag bits undefined for the opcode (0x80 everywhere; UNRELIABLE 0x40 outside SEND, SEND_IMM,
+WRITE and WRITE_IMM; ORDERED 0x20 outside WRITE and WRITE_IMM) are carried, not rejected: receivers ignore them, parse keeps the byte as is, emit
 writes it back unchanged.
 """)
 base(v, "PROBE", 0xE0 | ACK_REQ, 9, B)

@@ -65,6 +65,14 @@ pub struct ConnCounters {
     /// a bad-response error).
     pub rx_bad_responses: u64,
     pub messages_completed_tx: u64,
+    /// Unreliable streams: messages abandoned after a lost packet, packets dropped while
+    /// waiting for a message's first chunk, SENDs without a posted receive, and packets
+    /// refused (bad chunk, key, or a reliable packet on an unreliable stream) without a
+    /// NACK.
+    pub uc_msgs_dropped: u64,
+    pub uc_pkts_dropped: u64,
+    pub uc_no_recv: u64,
+    pub uc_refused: u64,
     pub messages_completed_rx: u64,
     pub path_failures: u64,
     /// ACK blocks ignored whole because they acknowledge a PSN this end never sent on that

@@ -202,6 +202,19 @@ impl Endpoint {
         self.conn(c)?.create_stream(local, remote, pd)
     }
 
+    /// Create an unreliable stream (a verbs UC QP: SEND and WRITE, never resent; a message
+    /// that loses a packet is lost), with the same ids as [`Endpoint::create_stream`]. Both
+    /// ends must create it unreliable (spec/transport.md §3.5).
+    pub fn create_uc_stream(
+        &mut self,
+        c: ConnId,
+        local: u32,
+        remote: u32,
+        pd: u32,
+    ) -> Result<(), PostError> {
+        self.conn(c)?.create_uc_stream(local, remote, pd)
+    }
+
     pub fn destroy_stream(&mut self, c: ConnId, local: u32) -> Result<(), PostError> {
         let conn = self
             .conns

@@ -10,56 +10,6 @@ use ferroce_transport::mem::access;
 use ferroce_transport::wire::{flags, DataOp, Opcode, Packet};
 use ferroce_transport::*;
 
-fn sge(lkey: u32, addr: u64, len: u32) -> SgList {
-    [Sge { lkey, addr, len }].into_iter().collect()
-}
-
-fn wr(wr_id: u64, op: SendOp, sgl: SgList) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sgl,
-        signaled: true,
-        solicited: false,
-        fence: false,
-    }
-}
-
-/// Steps of 1 µs until A has `n` completions (A's packets pass through `drop_a`, which may
-/// keep them from B); returns them.
-fn run_until(
-    p: &mut Pair,
-    n: usize,
-    mut drop_a: impl FnMut(&Packet<'_>) -> bool,
-) -> Vec<Completion> {
-    let mut done = Vec::new();
-    for _ in 0..20_000 {
-        for e in [&mut p.a, &mut p.b] {
-            if e.poll_timeout().is_some_and(|t| t <= p.now) {
-                e.handle_timeout(p.now);
-            }
-        }
-        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
-            let d = p.buf[..t.len].to_vec();
-            if !Packet::parse(&d).is_ok_and(|pkt| drop_a(&pkt)) {
-                p.b.handle_datagram(p.now, A, t.src_port, false, &d, &mut p.mb);
-            }
-        }
-        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
-            let d = p.buf[..t.len].to_vec();
-            p.a.handle_datagram(p.now, B, t.src_port, false, &d, &mut p.ma);
-        }
-        while let Some(c) = p.a.poll_completion() {
-            done.push(c);
-        }
-        if done.len() >= n {
-            return done;
-        }
-        p.now += 1_000;
-    }
-    panic!("only {} of {n} completions", done.len());
-}
-
 #[test]
 fn a_lost_read_request_is_found_by_the_time_rule() {
     let mut p = Pair::with(|c| c.conn.paths = 3);

@@ -1022,3 +1022,166 @@ fn fuzzed_packets_never_panic() {
         }
     }
 }
+
+/// Two endpoints whose QP `QP` is UC (sq_psn = rq_psn = 0x100 both ways).
+fn uc_wire() -> Wire {
+    let mut w = Wire::new(&|_| {});
+    for (s, peer) in [(&mut w.a, B), (&mut w.b, A)] {
+        let mut c = RoceConfig::new(s.ip);
+        c.timeout = 8;
+        s.ep = RoceEndpoint::new(c);
+        s.conn = s.ep.connect(peer);
+        s.ep.poll_event();
+        s.ep.create_uc_qp(
+            s.conn,
+            ferroce_transport::roce::QpParams {
+                local_qpn: QP,
+                remote_qpn: QP,
+                pd: 1,
+                sq_psn: 0x100,
+                rq_psn: 0x100,
+                mtu: 0,
+            },
+        )
+        .unwrap();
+        assert_eq!(s.ep.qp_is_uc(s.conn, QP), Some(true));
+    }
+    w
+}
+
+#[test]
+fn uc_loss_loses_whole_messages_and_resynchronises() {
+    let mut w = uc_wire();
+    let k = setup(&mut w, 16384);
+    let (ac, bc) = (w.a.conn, w.b.conn);
+    for (i, at) in [0x40000u64, 0x41000, 0x42000].into_iter().enumerate() {
+        w.b.ep
+            .post_recv(
+                bc,
+                QP,
+                RecvWr {
+                    wr_id: 900 + i as u64,
+                    sgl: sge(k.b_recv, at, 4096),
+                },
+            )
+            .unwrap();
+    }
+    let write = |raddr, imm| SendOp::Write {
+        rkey: k.b_rkey,
+        raddr,
+        imm,
+    };
+    let posts = [
+        (1, SendOp::Send { imm: None }, 0x1000, 3000),
+        (2, SendOp::Send { imm: None }, 0x2000, 3000),
+        (3, SendOp::Send { imm: Some(9) }, 0x1000, 100),
+        (4, write(0x8000, None), 0x1000, 3000),
+        (5, write(0x9000, Some(0x77)), 0x1000, 2000),
+        (6, write(0xa000, None), 0x1000, 2048),
+    ];
+    for (id, op, at, len) in posts {
+        w.a.ep
+            .post_send(ac, QP, wr(id, op, sge(k.a_lkey, at, len)))
+            .unwrap();
+    }
+    // UC has no READ or atomics.
+    assert_eq!(
+        w.a.ep.post_send(
+            ac,
+            QP,
+            wr(
+                7,
+                SendOp::Read {
+                    rkey: k.b_rkey,
+                    raddr: 0x8000
+                },
+                sge(k.a_lkey, 0x1000, 8)
+            )
+        ),
+        Err(PostError::Unsupported)
+    );
+    // Lose SEND 1's middle packet and WRITE 4's first (A's packets 1 and 7).
+    w.drop = Box::new(|from_a, _, _, n| from_a && (n == 1 || n == 7));
+    w.run(10_000_000);
+    // The sender completes every request once sent, loss or not; nothing is resent and
+    // the responder sends nothing at all (no ACKs).
+    let a: Vec<_> = w.a.done.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(a, (1..=6).map(|i| (i, Status::Success)).collect::<Vec<_>>());
+    assert_eq!(w.log.len(), 14, "each packet sent once");
+    assert!(w.log.iter().all(|&(from_a, _, _)| from_a), "no ACKs");
+    assert_eq!(w.a.ep.poll_timeout(), None, "no retransmission timer");
+    // SEND 1 is lost: its receive (900) takes SEND 2; WRITE 4 is lost whole.
+    let b: Vec<_> =
+        w.b.done
+            .iter()
+            .map(|c| (c.wr_id, c.status, c.op, c.byte_len, c.imm))
+            .collect();
+    assert_eq!(
+        b,
+        vec![
+            (900, Status::Success, CompletionOp::Recv, 3000, None),
+            (901, Status::Success, CompletionOp::Recv, 100, Some(9)),
+            (
+                902,
+                Status::Success,
+                CompletionOp::RecvWriteImm,
+                2000,
+                Some(0x77)
+            ),
+        ]
+    );
+    let src = pattern(16384, 0x5a);
+    let before = pattern(16384, 0x33);
+    let recv = &w.b.mem.region(k.b_recv).unwrap().data;
+    assert_eq!(
+        &recv[..3000],
+        &src[0x1000..0x1000 + 3000],
+        "SEND 2 in receive 900"
+    );
+    assert_eq!(&recv[0x1000..0x1000 + 100], &src[..100]);
+    let dst = &w.b.mem.region(k.b_rkey).unwrap().data;
+    assert_eq!(&dst[..3000], &before[..3000], "the lost WRITE left nothing");
+    assert_eq!(&dst[0x1000..0x1000 + 2000], &src[..2000]);
+    assert_eq!(&dst[0x2000..0x2000 + 2048], &src[..2048]);
+    let c = w.b.ep.counters();
+    assert_eq!((c.uc_msgs_dropped, c.uc_pkts_dropped), (1, 3));
+    assert_eq!(c.acks_sent + c.seq_naks_sent + c.rnr_naks_sent, 0);
+}
+
+#[test]
+fn uc_without_receive_drops_the_send_silently() {
+    let mut w = uc_wire();
+    let k = setup(&mut w, 16384);
+    let ac = w.a.conn;
+    w.a.ep
+        .post_send(
+            ac,
+            QP,
+            wr(1, SendOp::Send { imm: None }, sge(k.a_lkey, 0x1000, 2000)),
+        )
+        .unwrap();
+    w.run(10_000_000);
+    assert_eq!(w.a.done.len(), 1);
+    assert_eq!(w.a.done[0].status, Status::Success);
+    assert!(w.b.done.is_empty());
+    let c = w.b.ep.counters();
+    assert_eq!(
+        (c.uc_no_recv, c.uc_pkts_dropped, c.rnr_naks_sent),
+        (1, 1, 0)
+    );
+    // An RC QP of the peer refuses UC packets (and the reverse), counted as a bad BTH.
+    let mut rc = Wire::new(&|_| {});
+    let ka = setup(&mut rc, 4096);
+    rc.a.ep
+        .post_send(
+            rc.a.conn,
+            QP,
+            wr(1, SendOp::Send { imm: None }, sge(ka.a_lkey, 0x1000, 10)),
+        )
+        .unwrap();
+    let mut buf = vec![0u8; 9000];
+    let t = rc.a.ep.poll_transmit(0, &mut buf, &mut rc.a.mem).unwrap();
+    w.b.ep
+        .handle_datagram(0, A, t.src_port, false, &buf[..t.len], &mut w.b.mem);
+    assert_eq!(w.b.ep.counters().rx_bad_bth, 1);
+}

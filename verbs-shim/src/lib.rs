@@ -9,8 +9,12 @@
 //! - [`mr`]: the memory-region table, the one module that touches application memory.
 //! - [`config`]: the engine's configuration from the environment.
 //! - [`device`]: device names, node GUIDs and what GIDs name (what libraries read beside verbs).
+//! - [`cq_ex`]: extended CQs (`ibv_create_cq_ex`, the `ibv_start_poll` interface).
+//! - [`qp_ex`]: the `ibv_wr_*` send API (`ibv_qp_ex`).
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
+//! - [`lid`]: LIDs on the Ethernet ports, for programs that address peers by LID (qperf).
+//! - [`uc`]: UC QPs (unreliable streams / IBTA UC QPs): their modify masks and opcodes.
 //! - [`cm`]: the connection manager beside the native engine, and the private interface
 //!   `librdmacm.so.1` (crate `rdmacm/`) drives it through.
 //! - [`bench`]: `ferroce bench verbs` (perftest over the shim next to the engine's own run).
@@ -21,13 +25,17 @@
 pub mod bench;
 pub mod cm;
 pub mod config;
+pub mod cq_ex;
 pub mod device;
 pub mod engines;
 pub mod exports;
+pub mod lid;
 pub mod mr;
+pub mod qp_ex;
 pub mod srq;
 pub mod state;
 pub mod sys;
+pub mod uc;
 pub mod ud;
 pub mod verbs;
 

@@ -151,6 +151,8 @@ pub struct QpShared {
     pub srq: Option<Arc<crate::srq::SrqState>>,
     /// UD QPs: their receive queue and Q_Key (see `ud.rs`).
     pub ud: Option<crate::ud::UdQp>,
+    /// A UC QP (`uc.rs`).
+    pub uc: bool,
 }
 
 /// A work request the engine holds: what its completion must become.
@@ -600,6 +602,7 @@ fn on_output(mode: Mode, o: Output, t: &mut dyn Transport) {
 pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
     let mut inner = lock(&qp.inner);
     let r = match qp.mode {
+        _ if qp.uc => crate::uc::create_stream(t, qp, &inner, conn),
         Mode::Native => t.create_stream(conn, qp.qpn, inner.remote_qpn, qp.pd),
         Mode::Roce => match t.as_any_mut().downcast_mut::<RoceEndpoint>() {
             Some(ep) => ep.create_qp(

@@ -66,6 +66,22 @@ pub struct UdGlobal {
     listening: AtomicBool,
 }
 
+/// Queue a receive (id in the work-request map) on a UD QP whose queue holds at most `cap`
+/// (the `max_recv_wr` the QP reports): ENOMEM when it is full (ibv_post_recv(3)).
+pub fn post_recv(ud: &UdQp, id: u64, sgl: SgList, cap: usize) -> Result<(), i32> {
+    let mut rq = lock(&ud.rq);
+    // Receives flushed since (gone from the work-request map) no longer take room.
+    if rq.len() >= cap {
+        let wrs = lock(&global().wrs);
+        rq.retain(|(i, _)| wrs.contains_key(i));
+    }
+    if rq.len() >= cap {
+        return Err(libc::ENOMEM);
+    }
+    rq.push_back((id, sgl));
+    Ok(())
+}
+
 pub fn register_qp(qp: &Arc<QpShared>) {
     let g = &global().ud;
     lock(&g.qps).insert(qp.qpn, qp.clone());
@@ -153,6 +169,7 @@ fn chan(peer: Ipv4Addr, mode: Mode) -> (Arc<QpShared>, bool) {
         qp_ptr: AtomicUsize::new(0),
         srq: None,
         ud: None,
+        uc: false,
     });
     {
         let mut inner = lock(&c.inner);
@@ -382,6 +399,11 @@ pub fn complete(meta: WrMeta, c: Completion, t: &mut dyn Transport) {
             let status = if c.status == Status::Success {
                 IBV_WC_SUCCESS
             } else {
+                dbg_log!(
+                    "UD send of QP {:#x} failed on its stream: {:?}",
+                    app.qpn,
+                    c.status
+                );
                 IBV_WC_GENERAL_ERR
             };
             let mut wc = err_wc(app, meta.app_wr_id, status);

@@ -193,6 +193,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context
     v.query_port = Some(vctx_query_port);
     v.query_device_ex = Some(vctx_query_device_ex);
     v.create_qp_ex = Some(vctx_create_qp_ex);
+    v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
     let c = &mut v.context;
     c.device = d;
     c.cmd_fd = eventfd(0);
@@ -336,7 +337,7 @@ fn port_attr(dev: &Dev) -> ibv_port_attr {
         bad_pkey_cntr: 0,
         qkey_viol_cntr: 0,
         pkey_tbl_len: 1,
-        lid: 0,
+        lid: crate::lid::port_lid(),
         sm_lid: 0,
         lmc: 0,
         max_vl_num: 1,
@@ -739,9 +740,12 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
 const MAX_CQE: c_int = (1 << 20) - 1;
 
 #[repr(C)]
+/// Laid out as an `ibv_cq_ex` (whose first fields are `ibv_cq`'s), so any CQ can be an
+/// extended one (`cq_ex.rs`).
 pub struct Cq {
-    pub cq: ibv_cq,
+    pub cq: ibv_cq_ex,
     pub st: Arc<CqState>,
+    pub ex: crate::cq_ex::Polling,
 }
 
 /// # Safety
@@ -792,6 +796,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     let mut cq = Box::new(Cq {
         cq: unsafe { std::mem::zeroed() },
         st,
+        ex: Default::default(),
     });
     cq.cq.context = c;
     cq.cq.channel = channel;
@@ -867,7 +872,7 @@ fn every() -> u32 {
     })
 }
 
-fn idle_backoff(cq: &CqState) {
+pub(crate) fn idle_backoff(cq: &CqState) {
     use std::cell::Cell;
     static SLEEP_US: OnceLock<u64> = OnceLock::new();
     thread_local!(static EMPTY: Cell<u32> = const { Cell::new(0) });
@@ -975,7 +980,10 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint) {
 #[repr(C)]
 pub struct Qp {
     pub qp: ibv_qp,
+    /// The rest of an `ibv_qp_ex`, so that any QP can be an extended one (`qp_ex.rs`).
+    pub ex: crate::qp_ex::ExTail,
     pub st: Arc<QpShared>,
+    pub wr: crate::qp_ex::Builder,
     /// Scatter/gather entries a work request may carry (send, receive), as created: more is
     /// EINVAL at post (rxe's and mlx5's answer).
     pub max_sge: (u32, u32),
@@ -1001,13 +1009,13 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return fail(libc::EINVAL, "ibv_create_qp: no context");
     };
-    if a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UD {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp: only RC and UD QPs");
+    if a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UD && a.qp_type != IBV_QPT_UC {
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp: only RC, UC and UD QPs");
     }
     let srq = if a.srq.is_null() {
         None
     } else if a.qp_type != IBV_QPT_RC {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp: SRQ with a UD QP");
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp: SRQ with a UD or UC QP");
     } else {
         // SAFETY: SRQs come from ibv_create_srq: ibv_srq is the first field of our Srq.
         Some(unsafe { &*(a.srq as *const Srq) }.st.clone())
@@ -1060,11 +1068,14 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         qp_ptr: AtomicUsize::new(0),
         srq,
         ud: (a.qp_type == IBV_QPT_UD).then(crate::ud::UdQp::default),
+        uc: a.qp_type == IBV_QPT_UC,
     });
     // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
     let mut qp = Box::new(Qp {
         qp: unsafe { std::mem::zeroed() },
+        ex: Default::default(),
         st,
+        wr: Default::default(),
         max_sge: (a.cap.max_send_sge.max(1), a.cap.max_recv_sge.max(1)),
     });
     qp.qp.context = c;
@@ -1117,11 +1128,20 @@ unsafe extern "C" fn vctx_create_qp_ex(
     // and every other extension (XRCD, send_ops_flags: ibv_qp_ex) is a feature this device
     // lacks.
     let create_flags = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0;
-    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 || create_flags {
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 || create_flags {
         return fail(
             libc::EOPNOTSUPP,
-            "ibv_create_qp_ex: only PD and empty create_flags in comp_mask",
+            "ibv_create_qp_ex: only PD, send_ops_flags and empty create_flags in comp_mask",
         );
+    }
+    // The ibv_wr_* API (qp_ex.rs), for the send ops the QP type has.
+    let send_ops = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    if send_ops {
+        if let Err(e) = crate::qp_ex::check_ops(a.qp_type, a.send_ops_flags) {
+            return fail(e, "ibv_create_qp_ex: send_ops_flags this QP type lacks");
+        }
     }
     if a.pd.is_null() || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
         return fail(libc::EINVAL, "ibv_create_qp_ex: no PD");
@@ -1138,12 +1158,17 @@ unsafe extern "C" fn vctx_create_qp_ex(
     // SAFETY: `a.pd` is a PD this library returned; create_qp checks null.
     let qp = unsafe { create_qp(a.pd, &mut b) };
     a.cap = b.cap;
+    if send_ops && !qp.is_null() {
+        // SAFETY: the QP just created.
+        unsafe { crate::qp_ex::enable(qp) };
+    }
     qp
 }
 
 pub(crate) fn peer_of(ah: &ibv_ah_attr) -> Option<Ipv4Addr> {
     if ah.is_global == 0 {
-        return None;
+        // Addressed by LID (lid.rs).
+        return crate::lid::peer_of_lid(ah.dlid);
     }
     // SAFETY: reading the raw bytes of a plain-data union.
     crate::device::ip_of_gid(&unsafe { ah.grh.dgid.raw })
@@ -1171,6 +1196,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         cur
     };
     let ok = match (cur, new) {
+        _ if st.uc => crate::uc::modify_ok(cur, new, mask),
         (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => true,
         (IBV_QPS_RESET, IBV_QPS_INIT) | (IBV_QPS_INIT, IBV_QPS_INIT) => true,
         (IBV_QPS_INIT, IBV_QPS_RTR) if st.ud.is_some() => true,
@@ -1228,11 +1254,29 @@ pub unsafe extern "C" fn ibv_modify_qp(
             eprintln!(
                 "ferroce verbs: QP {:#x}: the address vector needs a global route to a \
                  ferroce GID (::ffff:a.b.c.d, GID index 1, e.g. ibv_rc_pingpong -g 1; or the \
-                 device's fe80:: GID, index 0)",
+                 device's fe80:: GID, index 0), or the DLID of a ferroce port (the low 16 \
+                 bits of its engine's address)",
                 st.qpn
             );
             return libc::EINVAL;
         };
+        // RoCEv2 segments by the path MTU: a larger one than the engine's packets carry
+        // would never leave (native mode segments by its connection's MTU instead).
+        let want = 128u32 << a.path_mtu.min(5);
+        if let (Mode::Roce, true, Some(e)) = (
+            st.mode,
+            mask & IBV_QP_PATH_MTU != 0,
+            state::running(st.mode),
+        ) {
+            if want > e.mtu {
+                eprintln!(
+                    "ferroce verbs: QP {:#x}: path_mtu {want} is above the port's active MTU {} \
+                     (e.g. qperf -mt {})",
+                    st.qpn, e.mtu, e.mtu
+                );
+                return libc::EINVAL;
+            }
+        }
         inner.peer = Some(peer);
         inner.remote_qpn = a.dest_qp_num & 0x00ff_ffff;
         inner.rq_psn = a.rq_psn & 0x00ff_ffff;
@@ -1408,9 +1452,17 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 }
 
 #[export_name = "ferroce_v_ibv_qp_to_qp_ex"]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    // The new post-send API is not offered: applications use ibv_post_send.
-    fail(libc::EOPNOTSUPP, "")
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // SAFETY: a QP of this library or null (the verbs contract).
+    let x = unsafe { crate::qp_ex::to_qp_ex(qp) };
+    if x.is_null() {
+        // A QP created without send ops has no ibv_qp_ex (as in rdma-core).
+        return fail(
+            libc::EOPNOTSUPP,
+            "ibv_qp_to_qp_ex: created without send_ops_flags",
+        );
+    }
+    x
 }
 
 pub(crate) fn sg_list(sge: *const ibv_sge, n: c_int) -> Option<SgList> {
@@ -1497,6 +1549,10 @@ unsafe extern "C" fn op_post_send(
             set_bad(wr);
             return libc::EINVAL;
         };
+        if st.uc && !crate::uc::opcode_ok(w.opcode) {
+            set_bad(wr);
+            return libc::EINVAL;
+        }
         // SAFETY: reading the union members the opcode selects.
         let (rdma, atomic, imm) = unsafe { (w.wr.rdma, w.wr.atomic, w.__bindgen_anon_1.imm_data) };
         let imm = u32::from_be(imm);
@@ -1638,10 +1694,23 @@ unsafe extern "C" fn op_post_recv(
         );
         match &st.ud {
             // UD receives wait in the shim until a datagram for this QP arrives (ud.rs).
-            Some(ud) => lock(&ud.rq).push_back((id, sgl)),
+            Some(ud) => {
+                if let Err(e) = crate::ud::post_recv(ud, id, sgl, MAX_QP_WR as usize) {
+                    lock(&global().wrs).remove(&id);
+                    if !bad.is_null() {
+                        // SAFETY: as above.
+                        unsafe { *bad = wr };
+                    }
+                    return e;
+                }
+            }
             None => submit(st, Pending::Recv(RecvWr { wr_id: id, sgl })),
         }
         wr = w.next;
+    }
+    if st.uc {
+        // In place before the call returns (uc.rs).
+        crate::uc::barrier(st.mode);
     }
     0
 }
@@ -1801,12 +1870,13 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         return fail(libc::EINVAL, "ibv_create_ah");
     }
     // Both ports are Ethernet (RoCE): an address is a GID, so an AH without a global route
-    // names no destination (rdma-core's providers refuse it with EINVAL).
+    // names no destination (rdma-core's providers refuse it with EINVAL), unless it names a
+    // ferroce LID (lid.rs).
     // SAFETY: `attr` is the application's ibv_ah_attr (checked non-null above).
-    if unsafe { (*attr).is_global } == 0 {
+    if unsafe { (*attr).is_global == 0 && crate::lid::peer_of_lid((*attr).dlid).is_none() } {
         return fail(
             libc::EINVAL,
-            "ibv_create_ah: a RoCE port needs a GRH (is_global = 1)",
+            "ibv_create_ah: a RoCE port needs a GRH (is_global = 1) or a ferroce LID",
         );
     }
     // SAFETY: live PD and the caller's attributes.

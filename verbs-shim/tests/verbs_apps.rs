@@ -44,6 +44,11 @@ const PROGS: &[Prog] = &[
         kind: Kind::PingPong,
     },
     Prog {
+        name: "ibv_uc_pingpong",
+        args: "-g 1 -c -n 500",
+        kind: Kind::PingPong,
+    },
+    Prog {
         name: "ibv_ud_pingpong",
         args: "-g 1 -c -s 1024 -n 500",
         kind: Kind::PingPong,
@@ -395,6 +400,11 @@ fn unmodified_programs_in_two_namespaces() {
         }
         for (mode, dev) in &modes {
             for &loss in &losses {
+                if loss > 0.0 && prog.name == "ibv_uc_pingpong" {
+                    // UC loses a message with its packet, by definition: the pingpong then
+                    // waits for it forever (as it would on any NIC).
+                    continue;
+                }
                 let t0 = Instant::now();
                 let r = run_pair(&pair, &libs, prog, dev, loss, Duration::from_secs(90));
                 let line = format!(
@@ -420,5 +430,116 @@ fn unmodified_programs_in_two_namespaces() {
         "| program | mode | loss | result | figure\n{}",
         table.join("\n")
     );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Debian's qperf, unmodified: `uc_bw`, `uc_lat`, `ud_bw`, `ud_lat` (2 s each) between the
+/// two namespaces, both modes, lossless, `-mt 1024` (the RoCEv2 port's active MTU: qperf's
+/// default 2048 is refused at RTR). qperf without `-cm1` (its UC and UD tests never use the
+/// CM) exchanges LIDs, not GIDs: the shim's ports have LIDs (lid.rs). One client process per
+/// test, 1 s apart: the qperf server forks a new process for each test, and a client engine that
+/// outlives its peer's engine keeps stale state for it (native: the connection; RoCEv2: the
+/// UD stream's PSNs). The server runs for the mode and is ended by its PID (SIGTERM to
+/// `timeout`, which passes it on).
+#[test]
+fn qperf_uc_and_ud_in_two_namespaces() {
+    if let Err(why) = prerequisites() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let qperf = Path::new("/usr/bin/qperf");
+    if !qperf.exists() {
+        eprintln!("SKIP: install qperf (scripts/setup.sh does)");
+        return;
+    }
+    // FERROCE_QPERF_TESTS=name,name runs those qperf tests instead.
+    let only = std::env::var("FERROCE_QPERF_TESTS").unwrap_or_default();
+    let tests: Vec<&str> = if only.is_empty() {
+        vec!["uc_bw", "uc_lat", "ud_bw", "ud_lat"]
+    } else {
+        only.split(',').collect()
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let libs = abi::lib_dir("qperf");
+    let pair = VethPair::create("q", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let mut table = Vec::new();
+    let mut failures = Vec::new();
+    for (mode, dev) in modes() {
+        let id = format!("{dev}:1");
+        let mut server = side(&pair, &libs, 1, qperf, &[], 0.0, Duration::from_secs(120))
+            .spawn()
+            .expect("spawn qperf server");
+        std::thread::sleep(Duration::from_millis(500));
+        for &t in &tests {
+            // The server's process for the previous test must be gone: two engines with one
+            // address on the link both take its frames.
+            std::thread::sleep(Duration::from_millis(1000));
+            let args = ["198.18.0.2", "-i", &id, "-mt", "1024", "-t", "2", "-v", t];
+            let t0 = Instant::now();
+            let co = side(&pair, &libs, 0, qperf, &args, 0.0, Duration::from_secs(30))
+                .output()
+                .expect("run qperf client");
+            let ct = text(&co);
+            // The test's section reports a non-zero figure.
+            let key = if t.ends_with("bw") {
+                "recv_bw"
+            } else {
+                "latency"
+            };
+            let figure = ct
+                .find(&format!("{t}:"))
+                .and_then(|at| {
+                    ct[at..]
+                        .lines()
+                        .find(|l| l.trim_start().starts_with(key))
+                        .and_then(|l| l.split('=').nth(1))
+                })
+                .map(|v| v.trim().to_string());
+            let ok = co.status.code() == Some(0)
+                && !ct.contains("failed")
+                && figure.as_deref().is_some_and(|f| {
+                    f.split_whitespace()
+                        .next()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .is_some_and(|v| v > 0.0)
+                });
+            let line = format!(
+                "| qperf {t:<7} | {mode:<7} | {:<4} | {key} {} ({:.1} s)",
+                if ok { "pass" } else { "FAIL" },
+                figure.as_deref().unwrap_or("-"),
+                t0.elapsed().as_secs_f64()
+            );
+            eprintln!("{line}");
+            table.push(line);
+            if !ok {
+                failures.push(format!(
+                    "qperf {t} {mode}: client (exit {:?}):\n{ct}",
+                    co.status.code()
+                ));
+            }
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &server.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = server.kill();
+        let so = server.wait_with_output().unwrap();
+        if !failures.is_empty() {
+            failures.push(format!("qperf server ({mode}):\n{}", text(&so)));
+        }
+    }
+    drop(pair);
+    std::fs::remove_dir_all(&libs).ok();
+    eprintln!("{}", table.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -22,6 +22,7 @@ mod recovery;
 mod requester;
 mod responder;
 mod scheduler;
+mod uc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConnState {
@@ -142,6 +143,8 @@ struct Stream {
     /// Receives consumed so far: the RSN of `posted[0]`.
     consumed_rsn: u32,
     responses: HashMap<u32, Resp>,
+    /// An unreliable stream (verbs UC): its receive state (`uc.rs`).
+    uc: Option<Box<uc::UcRx>>,
 }
 
 impl Stream {

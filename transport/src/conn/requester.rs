@@ -33,6 +33,7 @@ impl Connection {
                 posted: VecDeque::new(),
                 consumed_rsn: 0,
                 responses: HashMap::default(),
+                uc: None,
             },
         );
         Ok(())
@@ -70,6 +71,9 @@ impl Connection {
             return Err(PostError::StreamInError);
         }
         let len = wr.len();
+        if s.uc.is_some() && !matches!(wr.op, SendOp::Send { .. } | SendOp::Write { .. }) {
+            return Err(PostError::Unsupported); // UC has SEND and WRITE only
+        }
         if len > u32::MAX as u64 {
             return Err(PostError::InvalidLength);
         }

@@ -131,6 +131,13 @@ impl Connection {
         let Some(s) = self.streams.get_mut(&d.msg.stream) else {
             return Verdict::Refuse(NackReason::InvalidRequest, 0);
         };
+        if s.uc.is_some() {
+            return self.process_uc(fl, d, mem);
+        }
+        if fl & flags::UNRELIABLE != 0 {
+            // An unreliable packet for a reliable stream: the two ends disagree.
+            return Verdict::Refuse(NackReason::InvalidRequest, 0);
+        }
         let m = d.msg;
         let pd = s.pd;
         // Responses to our own requests.

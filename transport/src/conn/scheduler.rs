@@ -371,6 +371,7 @@ impl Connection {
                 (stream, msg, op, plen, src, false, false)
             }
         };
+        let uc = matches!(chunk, ChunkRef::Req { .. }) && self.is_uc(stream_id);
         let pi = match forced {
             // A probe of this path: only the SACK span and the NIC port's room bound it.
             Some(pi) => {
@@ -384,6 +385,11 @@ impl Connection {
                 }
                 pi
             }
+            // An unreliable stream keeps to its home path, so its chunks arrive in order.
+            None if uc => match self.uc_path(stream_id, plen.max(1)) {
+                Some(pi) => pi,
+                None => return Ok(None),
+            },
             None => match self.pick_path(plen.max(1), avoid) {
                 Some(pi) => pi,
                 None => return Ok(None),
@@ -402,6 +408,9 @@ impl Connection {
         }
         if ordered {
             fl |= flags::ORDERED;
+        }
+        if uc {
+            fl |= flags::UNRELIABLE;
         }
         let backlog = self.has_unsent();
         if backlog {
@@ -470,6 +479,10 @@ impl Connection {
         self.last_tx_port = self.paths[pi].plane;
         self.paths[pi].on_send(chunk, plen, now, retx);
         self.mark_path(pi);
+        if let (true, ChunkRef::Req { msn, chunk: ci, .. }) = (uc, chunk) {
+            // Sent once: done (nothing will resend it).
+            self.uc_sent(stream_id, msn, ci);
+        }
         self.counters.tx_pkts += 1;
         self.counters.tx_payload_bytes += plen as u64;
         if retx {

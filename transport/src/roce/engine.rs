@@ -148,6 +148,23 @@ impl RoceEndpoint {
         Ok(())
     }
 
+    /// Create a UC QP in RTS with explicit PSNs (UC opcodes, no ACKs, no retransmission: a
+    /// lost packet loses its message; spec/rocev2.md §6.8).
+    pub fn create_uc_qp(&mut self, c: ConnId, p: QpParams) -> Result<(), PostError> {
+        self.create_qp(c, p)?;
+        let peer = self.peer(c).ok_or(PostError::UnknownConnection)?;
+        if let Some(&i) = self.by_key.get(&(peer, p.local_qpn)) {
+            self.qps[i].set_uc();
+        }
+        Ok(())
+    }
+
+    /// Whether a QP is a UC one.
+    pub fn qp_is_uc(&self, c: ConnId, qpn: u32) -> Option<bool> {
+        let i = self.qp_index(c, qpn).ok()?;
+        Some(self.qps[i].is_uc())
+    }
+
     /// Create an RC QP with the configured (or derived) initial PSNs.
     pub fn create_stream(
         &mut self,

@@ -168,4 +168,13 @@ pub struct RoceCounters {
     pub completions_err: u64,
     /// `poll_transmit` buffers too small for the next packet.
     pub tx_buffer_too_small: u64,
+    /// UC: messages abandoned after a lost packet (their partial data stays placed, their
+    /// receive is reused).
+    pub uc_msgs_dropped: u64,
+    /// UC: packets dropped while waiting for the next FIRST or ONLY.
+    pub uc_pkts_dropped: u64,
+    /// UC: SENDs dropped because no receive was posted.
+    pub uc_no_recv: u64,
+    /// UC: WRITEs dropped for a bad length, R_Key or access, or no receive for the immediate.
+    pub uc_refused: u64,
 }

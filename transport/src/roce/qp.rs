@@ -12,6 +12,8 @@ use crate::mem::{access, sgl_len, sgl_read, sgl_write, AtomicOp, MemError, Memor
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
+mod uc;
+
 /// What a QP method needs from its endpoint.
 pub(crate) struct Ctx<'a> {
     pub cfg: &'a RoceConfig,
@@ -195,6 +197,9 @@ struct Responder {
     unacked: u32,
     out: VecDeque<RespItem>,
     resources: VecDeque<Resource>,
+    /// UC: the message in progress lost a packet; packets are dropped until the next FIRST
+    /// or ONLY.
+    uc_drop: bool,
 }
 
 /// One RC queue pair in RTS (or Error).
@@ -212,6 +217,8 @@ pub(crate) struct Qp {
     resp: Responder,
     /// Alternates READ responses and requests when both have packets.
     prefer_req: bool,
+    /// An unreliable connected QP (UC opcodes, no ACKs, no retransmission: `uc.rs`).
+    uc: bool,
 }
 
 impl Qp {
@@ -261,8 +268,10 @@ impl Qp {
                 unacked: 0,
                 out: VecDeque::new(),
                 resources: VecDeque::new(),
+                uc_drop: false,
             },
             prefer_req: false,
+            uc: false,
         }
     }
 
@@ -294,6 +303,9 @@ impl Qp {
             return Err(PostError::StreamInError);
         }
         let len = wr.len();
+        if self.uc && !matches!(wr.op, SendOp::Send { .. } | SendOp::Write { .. }) {
+            return Err(PostError::Unsupported);
+        }
         let atomic = matches!(wr.op, SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. });
         if len > (1u64 << 31) || (atomic && len != 8) {
             return Err(PostError::InvalidLength);
@@ -800,6 +812,10 @@ impl Qp {
             return;
         }
         let op = pkt.bth.opcode;
+        if self.uc || pkt.bth.uc {
+            self.on_uc_packet(ctx, pkt);
+            return;
+        }
         if op == Opcode::Cnp {
             ctx.counters.rx_cnp += 1;
         } else if op.is_response() {
@@ -1455,7 +1471,9 @@ impl Qp {
                     buf[h..h + IMM_LEN].copy_from_slice(&v.to_be_bytes());
                     h += IMM_LEN;
                 }
-                bth.ack_req = last || periodic || fills_window;
+                // UC asks for no ACK: it has none (IBTA vol. 1 §9.7.2).
+                bth.ack_req = !self.uc && (last || periodic || fills_window);
+                bth.uc = self.uc;
                 let cur = self.req.cur;
                 if plen > 0 {
                     let sgl = &self.req.sq[cur].wr.sgl;
@@ -1532,6 +1550,10 @@ impl Qp {
         if psn::lt(r.hw_psn, r.snd_psn) {
             r.hw_psn = r.snd_psn;
         }
+        if self.uc {
+            return Some(self.uc_sent(ctx, buf, e, whole));
+        }
+        let r = &mut self.req;
         r.since_ack_req = if bth.ack_req {
             0
         } else {

@@ -51,6 +51,10 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 /// the value rxe always sends).
 pub const CREDITS_INVALID: u8 = 0x1f;
 
+/// Transport prefix of the unreliable connected (UC) opcodes (IBTA vol. 1 §9.2: bits 7..5 of
+/// the opcode byte, 001).
+pub const UC_PREFIX: u8 = 0x20;
+
 /// BTH opcodes of the reliable connected (RC) transport (IBTA vol. 1 §9.2 opcode table, prefix 000)
 /// plus the RoCEv2 congestion notification packet (Annex A17).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -139,6 +143,30 @@ pub enum OpKind {
 }
 
 impl Opcode {
+    /// A BTH opcode byte: the RC opcodes (transport prefix 000) and the UC opcodes (prefix
+    /// 001: SEND and RDMA WRITE, IBTA vol. 1 §9.2 table 35). Returns the operation and
+    /// whether it is UC.
+    pub fn decode(v: u8) -> Option<(Opcode, bool)> {
+        if v & 0xe0 == UC_PREFIX {
+            // UC has only SEND and RDMA WRITE (first .. only with immediate): 0x20..=0x2b.
+            let op = Opcode::from_u8(v & 0x1f)?;
+            return matches!(op.kind(), OpKind::Send | OpKind::Write)
+                .then_some((op, true))
+                .filter(|_| !op.has_ieth());
+        }
+        Opcode::from_u8(v).map(|op| (op, false))
+    }
+
+    /// The opcode byte of this operation on the RC (`uc` false) or UC transport.
+    pub fn encode(self, uc: bool) -> u8 {
+        if uc {
+            self as u8 | UC_PREFIX
+        } else {
+            self as u8
+        }
+    }
+
+    /// The RC opcode of byte `v` (transport prefix 000, and the CNP).
     pub fn from_u8(v: u8) -> Option<Opcode> {
         use Opcode::*;
         Some(match v {
@@ -361,7 +389,8 @@ impl fmt::Display for Opcode {
 pub enum WireError {
     /// Shorter than the BTH, the opcode's extended headers and the ICRC.
     Truncated,
-    /// An opcode this codec does not know (UD, UC, RD, XRC and reserved opcodes).
+    /// An opcode this codec does not know (UD, RD, XRC, CNP-less prefixes and reserved
+    /// opcodes; of UC only SEND and RDMA WRITE are known).
     UnknownOpcode(u8),
     /// Inconsistent lengths (pad beyond the payload, payload on an opcode without one) or a
     /// representation whose extended headers do not match its opcode.
@@ -440,6 +469,8 @@ pub mod psn {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bth {
     pub opcode: Opcode,
+    /// The opcode is the UC one (transport prefix 001) rather than RC (000).
+    pub uc: bool,
     /// Solicited event.
     pub solicited: bool,
     /// MigReq (path migration; ferroce sends 0).
@@ -470,6 +501,7 @@ impl Bth {
     pub fn new(opcode: Opcode, dest_qpn: u32, psn: u32) -> Bth {
         Bth {
             opcode,
+            uc: false,
             solicited: false,
             mig_req: false,
             pad: 0,
@@ -490,9 +522,10 @@ impl Bth {
         if b.len() < BTH_LEN {
             return Err(WireError::Truncated);
         }
-        let opcode = Opcode::from_u8(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
+        let (opcode, uc) = Opcode::decode(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
         Ok(Bth {
             opcode,
+            uc,
             solicited: b[1] & 0x80 != 0,
             mig_req: b[1] & 0x40 != 0,
             pad: (b[1] >> 4) & 3,
@@ -513,7 +546,10 @@ impl Bth {
         if b.len() < BTH_LEN {
             return Err(WireError::BufferTooSmall);
         }
-        b[0] = self.opcode as u8;
+        if self.uc && !matches!(self.opcode.kind(), OpKind::Send | OpKind::Write) {
+            return Err(WireError::Malformed("no such UC opcode"));
+        }
+        b[0] = self.opcode.encode(self.uc);
         b[1] = (self.solicited as u8) << 7
             | (self.mig_req as u8) << 6
             | (self.pad & 3) << 4
@@ -830,7 +866,7 @@ impl<T: AsRef<[u8]>> PacketView<T> {
         if b.len() < BTH_LEN + ICRC_LEN {
             return Err(WireError::Truncated);
         }
-        let op = Opcode::from_u8(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
+        let (op, _) = Opcode::decode(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
         let hdr = BTH_LEN + op.ext_len();
         if b.len() < hdr + ICRC_LEN {
             return Err(WireError::Truncated);
@@ -851,7 +887,11 @@ impl<T: AsRef<[u8]>> PacketView<T> {
     }
     pub fn opcode(&self) -> Opcode {
         // new_checked validated it; the fallback is never taken.
-        Opcode::from_u8(self.b()[0]).unwrap_or(Opcode::Acknowledge)
+        Opcode::decode(self.b()[0]).map_or(Opcode::Acknowledge, |(op, _)| op)
+    }
+    /// The opcode is a UC one.
+    pub fn is_uc(&self) -> bool {
+        self.b()[0] & 0xe0 == UC_PREFIX
     }
     pub fn solicited(&self) -> bool {
         self.b()[1] & 0x80 != 0
@@ -1227,6 +1267,34 @@ mod tests {
             Syndrome::Nak(NakCode::PsnSequenceError)
         );
         assert_eq!(Syndrome::from_u8(0x2c), Syndrome::RnrNak { timer: 12 });
+    }
+
+    #[test]
+    fn uc_opcodes() {
+        // IBTA table 35: UC is 0x20..=0x2b (SEND and RDMA WRITE); the rest of prefix 001 is
+        // reserved, and no other prefix but RC's parses.
+        for v in 0x20..=0xffu8 {
+            let known = Opcode::decode(v);
+            assert_eq!(
+                known.is_some(),
+                (0x20..=0x2b).contains(&v) || v == 0x81,
+                "{v:#x}"
+            );
+            if let Some((op, true)) = known {
+                assert_eq!(op.encode(true), v);
+                let mut bth = Bth::new(op, 7, 9);
+                bth.uc = true;
+                let mut b = [0u8; BTH_LEN];
+                bth.emit(&mut b).unwrap();
+                assert_eq!(b[0], v);
+                assert_eq!(Bth::parse(&b).unwrap(), bth);
+            }
+        }
+        // A UC READ or ACK does not exist: refused on emit.
+        let mut bth = Bth::new(Opcode::ReadRequest, 7, 9);
+        bth.uc = true;
+        assert!(bth.emit(&mut [0u8; BTH_LEN]).is_err());
+        assert_eq!(Opcode::decode(0x04), Some((Opcode::SendOnly, false)));
     }
 
     #[test]

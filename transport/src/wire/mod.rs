@@ -54,8 +54,12 @@ pub mod flags {
     /// requester has not completed, so the responder places it only once every earlier
     /// message of the stream is complete (spec/transport.md §7.2).
     pub const ORDERED: u8 = 0x20;
+    /// SEND, SEND_IMM, WRITE, WRITE_IMM: the packet belongs to an unreliable stream (verbs
+    /// UC): it is never resent, and the receiver drops a message that lost a packet
+    /// (spec/transport.md §3.5).
+    pub const UNRELIABLE: u8 = 0x40;
     /// Mask of the flags defined by this version; others must be sent as 0 and ignored.
-    pub const DEFINED: u8 = 0x3f;
+    pub const DEFINED: u8 = 0x7f;
 }
 
 /// Opcode numbers (byte 1 of the base header).

@@ -1,0 +1,68 @@
+//! The extended verbs interfaces through the system `verbs.h` inline functions, which call
+//! function pointers in the shim's objects (so the C program checks their layout, rdma-core
+//! 44's): `tests/c/verbs_ex.c` (`ibv_create_cq_ex`, `ibv_start_poll` / `ibv_next_poll` /
+//! `ibv_end_poll`, every `ibv_wc_read_*` the standard wc_flags ask for; `ibv_create_qp_ex`
+//! with send ops, `ibv_qp_to_qp_ex`, `ibv_wr_start` / `ibv_wr_send(_imm)` /
+//! `ibv_wr_set_ud_addr` / `ibv_wr_set_sge` / `ibv_wr_set_inline_data` / `ibv_wr_complete` /
+//! `ibv_wr_abort`), over both devices,
+//! in a network namespace with the engine on `net_af_packet` (its traffic is UD to its own
+//! GID, which the shim delivers itself, and flushed receives). Bounded in time.
+//!
+//! Needs root and DPDK's af_packet PMD; skips otherwise.
+
+use ferroce_dataplane::netns::{is_root, VethPair};
+use std::process::Command;
+
+#[path = "verbs_abi.rs"]
+#[allow(dead_code)]
+mod abi;
+
+fn modes() -> Vec<&'static str> {
+    match std::env::var("FERROCE_VERBS_MODES").as_deref() {
+        Ok("native") => vec!["ferroce0"],
+        Ok("roce") => vec!["ferroce0_rocev2"],
+        _ => vec!["ferroce0", "ferroce0_rocev2"],
+    }
+}
+
+#[test]
+fn extended_cq_and_qp_through_the_inline_verbs() {
+    if !is_root() || ferroce_dataplane::config::pmd_dir().is_none() {
+        eprintln!("SKIPPED: needs root and DPDK's PMDs");
+        return;
+    }
+    let libs = abi::lib_dir("cqex");
+    let bin = abi::build_c(&libs, "verbs_ex");
+    let pair = VethPair::create("x", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
+    let mut failures = Vec::new();
+    for dev in modes() {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &pair.ns[0], "timeout", "-k", "5", "30"])
+            .arg(&bin)
+            .args(["-d", dev])
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("FERROCE_IP", "198.18.0.11")
+            .env(
+                "FERROCE_PMD",
+                format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[0]),
+            )
+            .output()
+            .expect("run verbs_ex");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let checks = text.lines().filter(|l| l.ends_with(": ok")).count();
+        eprintln!("verbs_ex over {dev}: {checks} checks ok");
+        if out.status.code() != Some(0) || !text.contains("RESULT ok") || text.contains(": FAIL") {
+            failures.push(format!(
+                "over {dev} (exit {:?}):\n{text}",
+                out.status.code()
+            ));
+        }
+    }
+    drop(pair);
+    std::fs::remove_dir_all(&libs).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
