@@ -108,9 +108,10 @@ for v, o in pairs(OPS) do
 end
 
 -- Flags (§2.3) by mask.
-local FLAG = { ACK_REQ = 0x01, LAST = 0x02, RETX = 0x04, SOLICITED = 0x08, BACKLOG = 0x10, ORDERED = 0x20 }
-local FLAG_ORDER = { "ACK_REQ", "LAST", "RETX", "SOLICITED", "BACKLOG", "ORDERED" }
-local FLAGS_RESERVED = 0xC0
+local FLAG = { ACK_REQ = 0x01, LAST = 0x02, RETX = 0x04, SOLICITED = 0x08, BACKLOG = 0x10, ORDERED = 0x20,
+    UNRELIABLE = 0x40 }
+local FLAG_ORDER = { "ACK_REQ", "LAST", "RETX", "SOLICITED", "BACKLOG", "ORDERED", "UNRELIABLE" }
+local FLAGS_RESERVED = 0x80
 
 local NACK_REASONS = {
     [1] = "RemoteAccess",
@@ -128,6 +129,7 @@ local f = {
     opcode = ProtoField.uint8("ferroce.opcode", "Opcode", base.HEX, OPCODE_NAMES),
     flags = ProtoField.uint8("ferroce.flags", "Flags", base.HEX),
     flag_reserved = ProtoField.uint8("ferroce.flags.reserved", "reserved", base.HEX, nil, FLAGS_RESERVED),
+    flag_unreliable = ProtoField.bool("ferroce.flags.unreliable", "UNRELIABLE", 8, nil, FLAG.UNRELIABLE),
     flag_ordered = ProtoField.bool("ferroce.flags.ordered", "ORDERED", 8, nil, FLAG.ORDERED),
     flag_backlog = ProtoField.bool("ferroce.flags.backlog", "BACKLOG", 8, nil, FLAG.BACKLOG),
     flag_solicited = ProtoField.bool("ferroce.flags.solicited", "SOLICITED", 8, nil, FLAG.SOLICITED),
@@ -282,6 +284,7 @@ local function add_flags(tree, tvb, flags)
     if band(flags, FLAGS_RESERVED) ~= 0 then names[#names + 1] = "reserved" end
     fi:append_text(" (" .. (#names > 0 and table.concat(names, ", ") or "none") .. ")")
     fi:add(f.flag_reserved, tvb(2, 1))
+    fi:add(f.flag_unreliable, tvb(2, 1))
     fi:add(f.flag_ordered, tvb(2, 1))
     fi:add(f.flag_backlog, tvb(2, 1))
     fi:add(f.flag_solicited, tvb(2, 1))

@@ -42,6 +42,7 @@ pub(super) fn group_of(key: &str) -> Option<&'static str> {
         | "ferroce.flags.solicited"
         | "ferroce.flags.backlog"
         | "ferroce.flags.ordered"
+        | "ferroce.flags.unreliable"
         | "ferroce.flags.reserved"
         | "ferroce.path"
         | "ferroce.dst_conn"
@@ -130,12 +131,13 @@ pub(super) fn expected(payload: &[u8]) -> Expected {
                 ("ferroce.flags.solicited", wire::flags::SOLICITED),
                 ("ferroce.flags.backlog", wire::flags::BACKLOG),
                 ("ferroce.flags.ordered", wire::flags::ORDERED),
+                ("ferroce.flags.unreliable", wire::flags::UNRELIABLE),
             ] {
                 put(k, u8::from(fl & m != 0).to_string());
             }
             put(
                 "ferroce.flags.reserved",
-                ((fl & !wire::flags::DEFINED) >> 6).to_string(),
+                ((fl & !wire::flags::DEFINED) >> 7).to_string(),
             );
             put("ferroce.path", view.path().to_string());
             put("ferroce.dst_conn", view.dst_conn().to_string());
@@ -193,12 +195,13 @@ fn expected_cm(payload: &[u8]) -> Expected {
             ("ferroce.flags.solicited", wire::flags::SOLICITED),
             ("ferroce.flags.backlog", wire::flags::BACKLOG),
             ("ferroce.flags.ordered", wire::flags::ORDERED),
+            ("ferroce.flags.unreliable", wire::flags::UNRELIABLE),
         ] {
             put(k, u8::from(fl & m != 0).to_string());
         }
         put(
             "ferroce.flags.reserved",
-            ((fl & !wire::flags::DEFINED) >> 6).to_string(),
+            ((fl & !wire::flags::DEFINED) >> 7).to_string(),
         );
         put("ferroce.path", payload[3].to_string());
         let be32 = |at: usize| {
