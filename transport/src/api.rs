@@ -8,13 +8,8 @@ use std::net::Ipv4Addr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId(pub u32);
 
-/// A scatter/gather element of local registered memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sge {
-    pub lkey: u32,
-    pub addr: u64,
-    pub len: u32,
-}
+/// A scatter/gather element of local registered memory (defined with the memory it names).
+pub use crate::mem::Sge;
 
 /// Up to a few SGEs inline, as verbs applications mostly use one or two.
 pub type SgList = SmallVec<[Sge; 2]>;

@@ -5,7 +5,6 @@
 //! domains and bounds; [`Regions`] is a safe, complete implementation backed by owned buffers
 //! (used by the simulator and tests; the verbs shim provides one over real registered memory).
 
-use crate::api::Sge;
 use crate::keys::KeyGen;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -92,6 +91,14 @@ pub trait Memory {
         addr: u64,
         op: AtomicOp,
     ) -> Result<u64, MemError>;
+}
+
+/// A scatter/gather element of local registered memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    pub lkey: u32,
+    pub addr: u64,
+    pub len: u32,
 }
 
 /// Total length of a scatter/gather list.

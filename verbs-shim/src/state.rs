@@ -201,6 +201,7 @@ pub struct EngineCtl {
     pub h: EngineHandle,
     pub mode: Mode,
     pub ip: Ipv4Addr,
+    /// Native: the connections' MTU. RoCEv2: the largest path MTU the port can carry.
     pub mtu: u32,
     /// Joins the engine's lcore or thread; held, never called: the engine runs until the
     /// process ends (see [`last_context_closed`]).
@@ -354,7 +355,11 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             // retries. (IBTA's reading by default made perftest and srq_pingpong runs fail
             // on this loaded machine: stalls of a few hundred ms exhaust 7 retries.)
             rc.retry_forever_at_7 = roce_retry_forever;
-            let m = rc.effective_mtu();
+            // The largest path MTU the port carries: payload plus the biggest headers a
+            // packet of it has (IPv4 20, UDP 8, BTH 12, RETH 16, ImmDt 4, ICRC 4) within
+            // the port's IP MTU. 1024 on a 1500-byte link, 4096 on a jumbo one.
+            let room = (cfg.port.mtu as u32).saturating_sub(64).clamp(256, 4096);
+            let m = 1 << (31 - room.leading_zeros());
             (Box::new(RoceEndpoint::new(rc)), m)
         }
     };

@@ -143,7 +143,9 @@ int main(int argc, char **argv)
 				   ibv_wc_read_src_qp(cq) == qp->qp_num &&
 				   (ibv_wc_read_wc_flags(cq) & IBV_WC_WITH_IMM) &&
 				   (ibv_wc_read_wc_flags(cq) & IBV_WC_GRH) &&
-				   ibv_wc_read_slid(cq) == 0 && ibv_wc_read_sl(cq) == 0 &&
+				   /* sl: what the GRH bytes hold, as mlx5 reports it (0xa: a UDP
+				    * header, RoCEv2, over IPv4; ud.rs; UCX reads it) */
+				   ibv_wc_read_slid(cq) == 0 && ibv_wc_read_sl(cq) == 0xa &&
 				   ibv_wc_read_dlid_path_bits(cq) == 0 &&
 				   ibv_wc_read_vendor_err(cq) == 0;
 		}
