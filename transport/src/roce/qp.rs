@@ -961,25 +961,73 @@ impl Qp {
             return;
         }
         *offset += plen;
+        self.send_chunk_placed(ctx, pkt, pos.is_last());
+        self.after_in_order(ctx, pkt.bth.ack_req);
+    }
+
+    /// A SEND chunk is in its receive (the offset already advanced): count it, and on the
+    /// message's last packet complete the receive and move to the next message (RC and UC).
+    fn send_chunk_placed(&mut self, ctx: &mut Ctx, pkt: &Packet, last: bool) {
+        ctx.counters.rx_payload_bytes += pkt.payload.len() as u64;
+        if !last {
+            return;
+        }
+        if let InMsg::Send { wqe, offset } = std::mem::replace(&mut self.resp.in_msg, InMsg::None) {
+            ctx.counters.completions_ok += 1;
+            ctx.completions.push_back(Completion {
+                conn: self.conn,
+                stream: self.local_qpn,
+                wr_id: wqe.wr_id,
+                status: Status::Success,
+                op: CompletionOp::Recv,
+                byte_len: offset,
+                imm: pkt.ext.imm,
+            });
+        }
+        self.resp.msn = psn::add(self.resp.msn, 1);
+    }
+
+    /// A WRITE chunk is placed at `va`: count it; on the last packet consume a receive for
+    /// the immediate and move to the next message, else remember where the next chunk goes
+    /// (RC and UC).
+    #[allow(clippy::too_many_arguments)]
+    fn write_chunk_placed(
+        &mut self,
+        ctx: &mut Ctx,
+        last: bool,
+        imm: Option<u32>,
+        rkey: u32,
+        va: u64,
+        plen: u32,
+        remaining: u32,
+        total: u32,
+    ) {
         ctx.counters.rx_payload_bytes += plen as u64;
-        if pos.is_last() {
-            if let InMsg::Send { wqe, offset } =
-                std::mem::replace(&mut self.resp.in_msg, InMsg::None)
-            {
+        if !last {
+            self.resp.in_msg = InMsg::Write {
+                rkey,
+                va: va.wrapping_add(plen as u64),
+                remaining: remaining - plen,
+                total,
+            };
+            return;
+        }
+        self.resp.in_msg = InMsg::None;
+        if let Some(imm) = imm {
+            if let Some(wqe) = self.resp.rq.pop_front() {
                 ctx.counters.completions_ok += 1;
                 ctx.completions.push_back(Completion {
                     conn: self.conn,
                     stream: self.local_qpn,
                     wr_id: wqe.wr_id,
                     status: Status::Success,
-                    op: CompletionOp::Recv,
-                    byte_len: offset,
-                    imm: pkt.ext.imm,
+                    op: CompletionOp::RecvWriteImm,
+                    byte_len: total,
+                    imm: Some(imm),
                 });
             }
-            self.resp.msn = psn::add(self.resp.msn, 1);
         }
-        self.after_in_order(ctx, pkt.bth.ack_req);
+        self.resp.msn = psn::add(self.resp.msn, 1);
     }
 
     fn on_write(&mut self, ctx: &mut Ctx, pkt: &Packet) {
@@ -1041,32 +1089,7 @@ impl Qp {
             self.responder_fatal(ctx, NakCode::RemoteAccessError, p);
             return;
         }
-        ctx.counters.rx_payload_bytes += plen as u64;
-        if pos.is_last() {
-            self.resp.in_msg = InMsg::None;
-            if let Some(imm) = imm {
-                if let Some(wqe) = self.resp.rq.pop_front() {
-                    ctx.counters.completions_ok += 1;
-                    ctx.completions.push_back(Completion {
-                        conn: self.conn,
-                        stream: self.local_qpn,
-                        wr_id: wqe.wr_id,
-                        status: Status::Success,
-                        op: CompletionOp::RecvWriteImm,
-                        byte_len: total,
-                        imm: Some(imm),
-                    });
-                }
-            }
-            self.resp.msn = psn::add(self.resp.msn, 1);
-        } else {
-            self.resp.in_msg = InMsg::Write {
-                rkey,
-                va: va.wrapping_add(plen as u64),
-                remaining: remaining - plen,
-                total,
-            };
-        }
+        self.write_chunk_placed(ctx, pos.is_last(), imm, rkey, va, plen, remaining, total);
         self.after_in_order(ctx, pkt.bth.ack_req);
     }
 

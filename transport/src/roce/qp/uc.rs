@@ -133,24 +133,7 @@ impl Qp {
             return;
         }
         *offset += plen;
-        ctx.counters.rx_payload_bytes += plen as u64;
-        if pos.is_last() {
-            if let InMsg::Send { wqe, offset } =
-                std::mem::replace(&mut self.resp.in_msg, InMsg::None)
-            {
-                ctx.counters.completions_ok += 1;
-                ctx.completions.push_back(Completion {
-                    conn: self.conn,
-                    stream: self.local_qpn,
-                    wr_id: wqe.wr_id,
-                    status: Status::Success,
-                    op: CompletionOp::Recv,
-                    byte_len: offset,
-                    imm: pkt.ext.imm,
-                });
-            }
-            self.resp.msn = psn::add(self.resp.msn, 1);
-        }
+        self.send_chunk_placed(ctx, pkt, pos.is_last());
     }
 
     fn on_uc_write(&mut self, ctx: &mut Ctx, pkt: &Packet) {
@@ -202,31 +185,6 @@ impl Qp {
             self.resp.uc_drop = !pos.is_last();
             return;
         }
-        ctx.counters.rx_payload_bytes += plen as u64;
-        if pos.is_last() {
-            self.resp.in_msg = InMsg::None;
-            if let Some(imm) = imm {
-                if let Some(wqe) = self.resp.rq.pop_front() {
-                    ctx.counters.completions_ok += 1;
-                    ctx.completions.push_back(Completion {
-                        conn: self.conn,
-                        stream: self.local_qpn,
-                        wr_id: wqe.wr_id,
-                        status: Status::Success,
-                        op: CompletionOp::RecvWriteImm,
-                        byte_len: total,
-                        imm: Some(imm),
-                    });
-                }
-            }
-            self.resp.msn = psn::add(self.resp.msn, 1);
-        } else {
-            self.resp.in_msg = InMsg::Write {
-                rkey,
-                va: va.wrapping_add(plen as u64),
-                remaining: remaining - plen,
-                total,
-            };
-        }
+        self.write_chunk_placed(ctx, pos.is_last(), imm, rkey, va, plen, remaining, total);
     }
 }
