@@ -123,22 +123,7 @@ pub(super) fn expected(payload: &[u8]) -> Expected {
             put("ferroce.version", wire::VERSION.to_string());
             put("ferroce.opcode", (op as u8).to_string());
             let fl = view.flags();
-            put("ferroce.flags", fl.to_string());
-            for (k, m) in [
-                ("ferroce.flags.ack_req", wire::flags::ACK_REQ),
-                ("ferroce.flags.last", wire::flags::LAST),
-                ("ferroce.flags.retx", wire::flags::RETX),
-                ("ferroce.flags.solicited", wire::flags::SOLICITED),
-                ("ferroce.flags.backlog", wire::flags::BACKLOG),
-                ("ferroce.flags.ordered", wire::flags::ORDERED),
-                ("ferroce.flags.unreliable", wire::flags::UNRELIABLE),
-            ] {
-                put(k, u8::from(fl & m != 0).to_string());
-            }
-            put(
-                "ferroce.flags.reserved",
-                ((fl & !wire::flags::DEFINED) >> 7).to_string(),
-            );
+            put_flags(&mut put, fl);
             put("ferroce.path", view.path().to_string());
             put("ferroce.dst_conn", view.dst_conn().to_string());
             if op.has_payload() {
@@ -187,22 +172,7 @@ fn expected_cm(payload: &[u8]) -> Expected {
         // The layout is known (check 4 passed): the base header and the trailer are shown.
         groups.insert("base");
         let fl = payload[2];
-        put("ferroce.flags", fl.to_string());
-        for (k, m) in [
-            ("ferroce.flags.ack_req", wire::flags::ACK_REQ),
-            ("ferroce.flags.last", wire::flags::LAST),
-            ("ferroce.flags.retx", wire::flags::RETX),
-            ("ferroce.flags.solicited", wire::flags::SOLICITED),
-            ("ferroce.flags.backlog", wire::flags::BACKLOG),
-            ("ferroce.flags.ordered", wire::flags::ORDERED),
-            ("ferroce.flags.unreliable", wire::flags::UNRELIABLE),
-        ] {
-            put(k, u8::from(fl & m != 0).to_string());
-        }
-        put(
-            "ferroce.flags.reserved",
-            ((fl & !wire::flags::DEFINED) >> 7).to_string(),
-        );
+        put_flags(&mut put, fl);
         put("ferroce.path", payload[3].to_string());
         let be32 = |at: usize| {
             u32::from_be_bytes([
@@ -438,4 +408,25 @@ pub(super) fn compare(got: &Fields, exp: &Expected) -> Vec<String> {
         None => {}
     }
     diffs
+}
+
+/// The base header's flags byte as the dissector shows it: the byte, one field per flag, and
+/// the reserved bits (spec/wire.md §2.3).
+fn put_flags(put: &mut impl FnMut(&str, String), fl: u8) {
+    put("ferroce.flags", fl.to_string());
+    for (k, m) in [
+        ("ferroce.flags.ack_req", wire::flags::ACK_REQ),
+        ("ferroce.flags.last", wire::flags::LAST),
+        ("ferroce.flags.retx", wire::flags::RETX),
+        ("ferroce.flags.solicited", wire::flags::SOLICITED),
+        ("ferroce.flags.backlog", wire::flags::BACKLOG),
+        ("ferroce.flags.ordered", wire::flags::ORDERED),
+        ("ferroce.flags.unreliable", wire::flags::UNRELIABLE),
+    ] {
+        put(k, u8::from(fl & m != 0).to_string());
+    }
+    put(
+        "ferroce.flags.reserved",
+        ((fl & !wire::flags::DEFINED) >> 7).to_string(),
+    );
 }
