@@ -7,13 +7,13 @@
 
 mod common;
 
-use common::{need_root, serial};
+use common::{need_root, serial, Dir, Proc};
 use ferroce_dataplane::netns::VethPair;
 use ferroce_transport::wire::{AckRepr, Body, OpenRepr, Packet, Sack256};
 use serde_json::Value;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferroce-dp");
@@ -43,25 +43,6 @@ while time.time() < end:
     except socket.timeout:
         pass
 "#;
-
-struct Proc(Option<Child>);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn emit(dst_conn: u32, body: Body<'_>) -> String {
     let mut buf = vec![0; 2048];

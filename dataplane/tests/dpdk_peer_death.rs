@@ -8,12 +8,11 @@
 
 mod common;
 
-use common::{need_root, serial};
+use common::{need_root, serial, Dir, Proc};
 use ferroce_dataplane::netns::VethPair;
 use serde_json::Value;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferroce-dp");
@@ -25,75 +24,18 @@ const MIN_RTO_MS: u64 = 10;
 const MAX_RTO_MS: u64 = 100;
 const RETRY_LIMIT: u64 = 16;
 
-/// A child process killed (SIGKILL) and reaped when dropped.
-struct Proc(Option<Child>);
-
-impl Proc {
-    fn spawn(ns: &str, cfg: &Path) -> Proc {
-        // `ip netns exec` execs the program: the child's PID is ferroce-dp's.
-        let c = Command::new("ip")
-            .args(["netns", "exec", ns, BIN, "run", "--config"])
-            .arg(cfg)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn ferroce-dp");
-        Proc(Some(c))
-    }
-
-    /// SIGKILL now (the process gets no chance to send anything more).
-    fn kill(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        self.0 = None;
-    }
-
-    /// Wait up to `limit`; (exited successfully, stdout, stderr, exited in time).
-    fn wait(mut self, limit: Duration) -> (bool, String, String, bool) {
-        let mut c = self.0.take().expect("child");
-        let t0 = Instant::now();
-        let status = loop {
-            if let Ok(Some(s)) = c.try_wait() {
-                break Some(s);
-            }
-            if t0.elapsed() > limit {
-                let _ = c.kill();
-                let _ = c.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let (mut out, mut err) = (String::new(), String::new());
-        if let Some(mut o) = c.stdout.take() {
-            let _ = o.read_to_string(&mut out);
-        }
-        if let Some(mut e) = c.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        (
-            status.is_some_and(|s| s.success()),
-            out,
-            err,
-            status.is_some(),
-        )
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// `ferroce-dp run --config cfg` in namespace `ns`. `ip netns exec` execs the program: the
+/// child's PID is ferroce-dp's, so a kill reaches it.
+fn spawn(ns: &str, cfg: &Path) -> Proc {
+    let c = Command::new("ip")
+        .args(["netns", "exec", ns, BIN, "run", "--config"])
+        .arg(cfg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ferroce-dp");
+    Proc(Some(c))
 }
 
 fn config(dir: &Path, name: &str, side: usize, veth: &VethPair, messages: u32) -> PathBuf {
@@ -175,7 +117,7 @@ fn client_conn_failed(path: &Path) -> bool {
 /// Start the server and wait until its engine runs (it writes its counters file), so the
 /// client's OPENs (16 tries over 111 ms) find it.
 fn start_server(ns: &str, cfg: &Path, counters: &Path) -> Proc {
-    let p = Proc::spawn(ns, cfg);
+    let p = spawn(ns, cfg);
     let t = Instant::now();
     while !counters.exists() && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(10));
@@ -213,7 +155,7 @@ fn dpdk_peer_killed_mid_transfer_fails_cleanly_and_a_restarted_peer_serves_again
     let ccfg = config(&dir.0, "kill", 0, &veth, 1_000_000);
     let ccounters = dir.0.join("kill-client-counters.json");
     let mut server = start_server(&veth.ns[1], &scfg, &dir.0.join("kill-server-counters.json"));
-    let client = Proc::spawn(&veth.ns[0], &ccfg);
+    let client = spawn(&veth.ns[0], &ccfg);
     let t = Instant::now();
     while client_tx_pkts(&ccounters) < 3_000 && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(10));
@@ -296,7 +238,7 @@ fn dpdk_peer_killed_mid_transfer_fails_cleanly_and_a_restarted_peer_serves_again
         &scfg,
         &dir.0.join("again-server-counters.json"),
     );
-    let client = Proc::spawn(&veth.ns[0], &ccfg);
+    let client = spawn(&veth.ns[0], &ccfg);
     let (cok, cout, cerr, _) = client.wait(Duration::from_secs(60));
     let (sok, sout, serr, _) = server.wait(Duration::from_secs(20));
     let (c, s) = (last_json(&cout), last_json(&sout));

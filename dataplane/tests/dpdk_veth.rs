@@ -8,64 +8,16 @@
 
 mod common;
 
-use common::{need_root, serial};
+use common::{need_root, serial, Dir, Proc};
 use ferroce_dataplane::netns::VethPair;
 use serde_json::Value;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferroce-dp");
 const KERNEL: [&str; 2] = ["198.18.1.1", "198.18.1.2"];
 const ENGINE: [&str; 2] = ["198.18.1.11", "198.18.1.12"];
-
-/// A child process killed (and reaped) when dropped.
-struct Proc(Option<Child>);
-
-impl Proc {
-    fn wait(mut self, limit: Duration) -> (bool, String, String) {
-        let mut c = self.0.take().expect("child");
-        let t0 = Instant::now();
-        let status = loop {
-            if let Ok(Some(s)) = c.try_wait() {
-                break Some(s);
-            }
-            if t0.elapsed() > limit {
-                let _ = c.kill();
-                let _ = c.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut out = String::new();
-        let mut err = String::new();
-        if let Some(mut o) = c.stdout.take() {
-            let _ = o.read_to_string(&mut out);
-        }
-        if let Some(mut e) = c.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        (status.is_some_and(|s| s.success()), out, err)
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[derive(Clone)]
 struct Run {
@@ -182,8 +134,8 @@ fn run_pair(
     std::thread::sleep(Duration::from_millis(300));
     before_client();
     let client = spawn(&veth.ns[0], &ccfg);
-    let (cok, cout, cerr) = client.wait(Duration::from_secs(90));
-    let (sok, sout, serr) = server.wait(Duration::from_secs(20));
+    let (cok, cout, cerr, _) = client.wait(Duration::from_secs(90));
+    let (sok, sout, serr, _) = server.wait(Duration::from_secs(20));
     let c = last_json(&cout);
     let s = last_json(&sout);
     if std::env::var_os("FERROCE_VETH_DUMP").is_some() {

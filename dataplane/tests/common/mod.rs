@@ -41,3 +41,65 @@ pub fn need_root(test: &str) -> bool {
         false
     }
 }
+
+/// A child process killed (SIGKILL) and reaped when dropped, so a failing test leaves none
+/// behind.
+pub struct Proc(pub Option<std::process::Child>);
+
+impl Proc {
+    /// SIGKILL now (the process gets no chance to send anything more).
+    pub fn kill(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.0 = None;
+    }
+
+    /// Wait up to `limit` (then kill it); (exited successfully, stdout, stderr, exited in
+    /// time).
+    pub fn wait(mut self, limit: std::time::Duration) -> (bool, String, String, bool) {
+        use std::io::Read;
+        let mut c = self.0.take().expect("child");
+        let t0 = std::time::Instant::now();
+        let status = loop {
+            if let Ok(Some(s)) = c.try_wait() {
+                break Some(s);
+            }
+            if t0.elapsed() > limit {
+                let _ = c.kill();
+                let _ = c.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let (mut out, mut err) = (String::new(), String::new());
+        if let Some(mut o) = c.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        if let Some(mut e) = c.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        (
+            status.is_some_and(|s| s.success()),
+            out,
+            err,
+            status.is_some(),
+        )
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A directory removed with everything in it when dropped.
+pub struct Dir(pub std::path::PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
