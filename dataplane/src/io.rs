@@ -62,11 +62,39 @@ pub struct IoCaps {
 /// A started DPDK port, queue 0 each way.
 pub struct DpdkIo {
     port: Port,
+    /// net_memif: when to check the link next (ns of engine time), and restarts so far.
+    /// A memif client whose server was not listening yet when it started stays down (the
+    /// PMD connects only in `dev_start`), so a down memif port is restarted every
+    /// [`MEMIF_RETRY_NS`] until its link comes up.
+    memif_check_at: Option<u64>,
+    memif_restarts: u64,
 }
+
+/// How often a down net_memif port is restarted to connect again.
+const MEMIF_RETRY_NS: u64 = 100_000_000;
 
 impl DpdkIo {
     pub fn new(port: Port) -> Self {
-        DpdkIo { port }
+        let memif = port.name().starts_with("net_memif");
+        DpdkIo {
+            port,
+            memif_check_at: memif.then_some(0),
+            memif_restarts: 0,
+        }
+    }
+
+    fn memif_retry(&mut self, now: u64) {
+        let Some(at) = self.memif_check_at else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        self.memif_check_at = Some(now + MEMIF_RETRY_NS);
+        // The first check only notes the time: the connection made at start needs a moment.
+        if at != 0 && !self.port.link().up && self.port.restart().is_ok() {
+            self.memif_restarts += 1;
+        }
     }
 
     pub fn pool(&self) -> &Mempool {
@@ -75,7 +103,8 @@ impl DpdkIo {
 }
 
 impl PacketIo for DpdkIo {
-    fn rx_burst(&mut self, _now: u64, out: &mut Vec<Mbuf>, max: u16) -> usize {
+    fn rx_burst(&mut self, now: u64, out: &mut Vec<Mbuf>, max: u16) -> usize {
+        self.memif_retry(now);
         self.port.rx_burst(out, max)
     }
 
@@ -116,6 +145,7 @@ impl PacketIo for DpdkIo {
                 "ibytes": d.ibytes, "obytes": d.obytes,
                 "imissed": d.imissed, "ierrors": d.ierrors, "oerrors": d.oerrors,
                 "rx_nombuf": d.rx_nombuf,
+                "restarts": self.memif_restarts,
             }),
         );
     }

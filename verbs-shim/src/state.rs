@@ -390,6 +390,18 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             })
         }
     };
+    if crate::config::debug() {
+        // With FERROCE_VERBS_DEBUG the engine's counters go to stderr every 2 s, so a stuck
+        // program shows whether its engine still sends, receives or resends.
+        let hs = h.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            if hs.stopped() {
+                break;
+            }
+            eprintln!("ferroce verbs: {mode:?} counters {}", hs.stats());
+        });
+    }
     Ok(EngineCtl {
         h,
         mode,

@@ -666,7 +666,10 @@ impl Port {
         }
         // SAFETY: configured port.
         let rc = unsafe { ffi::rte_eth_dev_start(id) };
-        if rc != 0 {
+        // A net_memif client fails to start while its server is not listening yet; it is
+        // left configured and down, to be connected by `restart` (the order in which two
+        // programs start must not matter).
+        if rc != 0 && !name.starts_with("net_memif") {
             return Err(Error::new(format!("rte_eth_dev_start({name})"), rc));
         }
         if cfg.promiscuous {
@@ -678,6 +681,22 @@ impl Port {
             pool: pool.clone(),
             name,
         })
+    }
+
+    /// Stop and start the port again, keeping its configuration and queues. A net_memif
+    /// client connects to its server's socket only when started and never retries, so a
+    /// client started before its server stays down until restarted.
+    pub fn restart(&mut self) -> Result<(), Error> {
+        // SAFETY: a started port owned by this Port; stop then start keeps the queues set up
+        // by `Port::start` (the pool they receive into is held by this Port).
+        let rc = unsafe {
+            ffi::rte_eth_dev_stop(self.id);
+            ffi::rte_eth_dev_start(self.id)
+        };
+        if rc != 0 {
+            return Err(Error::new(format!("rte_eth_dev_start({})", self.name), rc));
+        }
+        Ok(())
     }
 
     pub fn id(&self) -> u16 {
