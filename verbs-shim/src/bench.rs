@@ -405,6 +405,14 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
     }
     let shim = find_shim(a.lib.as_deref())?;
     let libs = lib_dir(&shim)?;
+    // The directory of links is this run's alone: removed however the run ends.
+    struct RemoveDir(PathBuf);
+    impl Drop for RemoveDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _libs_guard = RemoveDir(libs.clone());
     let veth = VethLoop::create("bv").map_err(|e| format!("veth set-up: {e}"))?;
     let socket = std::env::temp_dir().join(format!("ferroce-bv-{}.sock", std::process::id()));
     let mut shim_bw = Vec::new();

@@ -2,16 +2,30 @@
 
 use super::*;
 
-/// [`Memory`] over the shared regions, taking the lock for each access only.
-pub(super) struct LockedMem<'a>(pub(super) &'a Mutex<Regions>);
+/// [`Memory`] over the shared regions, locked at the first access and held until
+/// [`LockedMem::release`] (or drop): one lock per burst of packets, not one per packet's copy.
+/// The engine releases it between its receive and transmit phases and at the end of every
+/// poll, so the application's own accesses wait at most one burst.
+pub(super) struct LockedMem<'a> {
+    m: &'a Mutex<Regions>,
+    g: Option<std::sync::MutexGuard<'a, Regions>>,
+}
 
-impl LockedMem<'_> {
+impl<'a> LockedMem<'a> {
+    pub(super) fn new(m: &'a Mutex<Regions>) -> Self {
+        LockedMem { m, g: None }
+    }
+
     #[inline]
-    fn get(&self) -> std::sync::MutexGuard<'_, Regions> {
-        match self.0.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+    fn get(&mut self) -> &mut Regions {
+        let m = self.m;
+        self.g
+            .get_or_insert_with(|| m.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Let the application in.
+    pub(super) fn release(&mut self) {
+        self.g = None;
     }
 }
 

@@ -388,15 +388,20 @@ impl Engine {
         self.counters.polls += 1;
         let now = self.clock.now();
         let mut work = false;
-        // Registered memory is locked per access (a packet's copy), never across the poll,
-        // so the application's own accesses rarely wait.
+        // Registered memory is locked once per phase (the receive burst, the transmit
+        // batch), never across the whole poll, so the application's own accesses wait at
+        // most one burst.
         let mem_arc = self.mem.clone();
-        let mut locked = LockedMem(&mem_arc);
+        let mut locked = LockedMem::new(&mem_arc);
         let mut ext = self.ext_mem.take();
-        let mem: &mut dyn Memory = match ext.as_mut() {
-            Some(m) => &mut **m,
-            None => &mut locked,
-        };
+        macro_rules! mem {
+            () => {
+                match ext.as_mut() {
+                    Some(m) => &mut **m as &mut dyn Memory,
+                    None => &mut locked as &mut dyn Memory,
+                }
+            };
+        }
 
         // Receive.
         let n = self.io.rx_burst(now, &mut self.rx, self.p.burst);
@@ -406,9 +411,10 @@ impl Engine {
             for m in rx.drain(..) {
                 self.counters.rx_frames += 1;
                 self.counters.rx_bytes += m.len() as u64;
-                self.handle_frame(now, &m, &mut *mem);
+                self.handle_frame(now, &m, mem!());
             }
             self.rx = rx;
+            locked.release();
         }
 
         // Application commands.
@@ -437,9 +443,10 @@ impl Engine {
         }
 
         // Transmit.
-        if self.transmit(now, &mut *mem) {
+        if self.transmit(now, mem!()) {
             work = true;
         }
+        locked.release();
         if work {
             self.timer_dirty = true;
         }
