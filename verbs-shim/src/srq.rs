@@ -79,18 +79,14 @@ fn new_slot(srq: &Arc<SrqState>) -> u32 {
 pub fn virtual_recv(qp: &Arc<QpShared>) -> Option<RecvWr> {
     let srq = qp.srq.as_ref()?;
     let slot = new_slot(srq);
-    let id = global().next_wr.fetch_add(1, Ordering::Relaxed);
-    lock(&global().wrs).insert(
-        id,
-        WrMeta {
-            app_wr_id: 0,
-            qp: qp.clone(),
-            recv: true,
-            signaled: true,
-            owned_key: 0,
-            ext: Ext::SrqSlot(slot),
-        },
-    );
+    let id = crate::wrs::insert(WrMeta {
+        app_wr_id: 0,
+        qp: qp.clone(),
+        recv: true,
+        signaled: true,
+        owned_key: 0,
+        ext: Ext::SrqSlot(slot),
+    });
     let mut sgl = SgList::new();
     sgl.push(Sge {
         lkey: SRQ_VKEY,

@@ -17,7 +17,7 @@ use ferroce_transport::{
 };
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 /// Which transport a device speaks.
@@ -153,6 +153,9 @@ pub struct QpShared {
     pub ud: Option<crate::ud::UdQp>,
     /// A UC QP (`uc.rs`).
     pub uc: bool,
+    /// Its work requests in flight and where their ids come from (`wrs.rs`).
+    pub wrs: Mutex<crate::wrs::QpWrs>,
+    pub ids: crate::wrs::WrIds,
 }
 
 /// A work request the engine holds: what its completion must become.
@@ -210,8 +213,6 @@ pub struct EngineCtl {
 
 pub struct Global {
     pub mrs: SharedMrs,
-    pub wrs: Mutex<HashMap<u64, WrMeta>>,
-    pub next_wr: AtomicU64,
     pub next_qpn: AtomicU32,
     pub next_pd: AtomicU32,
     /// Per mode ([`Mode::index`]): each device has its own engine, so its own connections.
@@ -244,8 +245,6 @@ pub fn global() -> &'static Global {
         });
         Global {
             mrs: Arc::new(RwLock::new(MrTable::new(keys))),
-            wrs: Mutex::new(HashMap::new()),
-            next_wr: AtomicU64::new(1),
             // QPNs: 24 bits, unique per host: a per-process start (pid and time), QPN 0 and
             // 1 reserved as in IB.
             next_qpn: AtomicU32::new((s >> 8) & 0x00ff_f000 | 0x10),
@@ -489,7 +488,7 @@ pub fn set_qp_error(qp: &QpShared) {
 
 fn complete(c: Completion, t: &mut dyn Transport) {
     let g = global();
-    let Some(meta) = lock(&g.wrs).remove(&c.wr_id) else {
+    let Some(meta) = crate::wrs::take(c.wr_id) else {
         return; // flushed by the shim already
     };
     match &meta.ext {
@@ -533,8 +532,7 @@ fn complete(c: Completion, t: &mut dyn Transport) {
 
 /// A work request the engine refused at post time: an error completion.
 pub fn refused(wr_id: u64, err: PostError) {
-    let g = global();
-    let Some(meta) = lock(&g.wrs).remove(&wr_id) else {
+    let Some(meta) = crate::wrs::take(wr_id) else {
         return;
     };
     if !matches!(meta.ext, Ext::Plain) {
@@ -771,18 +769,7 @@ pub fn discard_qp(qp: &Arc<QpShared>) {
 
 fn forget_wrs(qp: &Arc<QpShared>, complete: bool) {
     let g = global();
-    let mut metas: Vec<(u64, WrMeta)> = {
-        let mut w = lock(&g.wrs);
-        let ids: Vec<u64> = w
-            .iter()
-            .filter(|(_, m)| Arc::ptr_eq(&m.qp, qp))
-            .map(|(k, _)| *k)
-            .collect();
-        ids.into_iter()
-            .filter_map(|k| w.remove(&k).map(|m| (k, m)))
-            .collect()
-    };
-    metas.sort_by_key(|(k, _)| *k);
+    let metas = crate::wrs::drain(qp);
     let pending = std::mem::take(&mut lock(&qp.inner).pending);
     drop(pending);
     for (_, m) in metas {

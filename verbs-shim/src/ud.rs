@@ -72,8 +72,7 @@ pub fn post_recv(ud: &UdQp, id: u64, sgl: SgList, cap: usize) -> Result<(), i32>
     let mut rq = lock(&ud.rq);
     // Receives flushed since (gone from the work-request map) no longer take room.
     if rq.len() >= cap {
-        let wrs = lock(&global().wrs);
-        rq.retain(|(i, _)| wrs.contains_key(i));
+        rq.retain(|(i, _)| crate::wrs::contains(*i));
     }
     if rq.len() >= cap {
         return Err(libc::ENOMEM);
@@ -119,18 +118,14 @@ fn bounce(chan: &Arc<QpShared>, key: Option<u32>) -> RecvWr {
             .unwrap_or_else(|p| p.into_inner())
             .register_owned_rw(0, BASE, vec![0; BOUNCE])
     });
-    let id = global().next_wr.fetch_add(1, Ordering::Relaxed);
-    lock(&global().wrs).insert(
-        id,
-        WrMeta {
-            app_wr_id: 0,
-            qp: chan.clone(),
-            recv: true,
-            signaled: true,
-            owned_key: 0,
-            ext: Ext::UdBounce(key),
-        },
-    );
+    let id = crate::wrs::insert(WrMeta {
+        app_wr_id: 0,
+        qp: chan.clone(),
+        recv: true,
+        signaled: true,
+        owned_key: 0,
+        ext: Ext::UdBounce(key),
+    });
     let mut sgl = SgList::new();
     sgl.push(Sge {
         lkey: key,
@@ -170,7 +165,10 @@ fn chan(peer: Ipv4Addr, mode: Mode) -> (Arc<QpShared>, bool) {
         srq: None,
         ud: None,
         uc: false,
+        wrs: Default::default(),
+        ids: Default::default(),
     });
+    crate::wrs::register(&c);
     {
         let mut inner = lock(&c.inner);
         for _ in 0..BOUNCES {
@@ -326,18 +324,14 @@ pub unsafe fn post_send(
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .register_owned(0, BASE, buf);
-        let id = global().next_wr.fetch_add(1, Ordering::Relaxed);
-        lock(&global().wrs).insert(
-            id,
-            WrMeta {
-                app_wr_id: w.wr_id,
-                qp: c.clone(),
-                recv: false,
-                signaled,
-                owned_key: key,
-                ext: Ext::UdSend(st.clone()),
-            },
-        );
+        let id = crate::wrs::insert(WrMeta {
+            app_wr_id: w.wr_id,
+            qp: c.clone(),
+            recv: false,
+            signaled,
+            owned_key: key,
+            ext: Ext::UdSend(st.clone()),
+        });
         let mut s = SgList::new();
         s.push(Sge {
             lkey: key,
@@ -486,7 +480,7 @@ fn deliver_bytes(buf: &[u8], imm: Option<u32>, peer: Ipv4Addr, mode: Mode) {
             dbg_log!("UD datagram for QP {dst:#x} without a posted receive dropped");
             return;
         };
-        if let Some(m) = lock(&g.wrs).remove(&id) {
+        if let Some(m) = crate::wrs::take(id) {
             break (m, sgl);
         }
     };

@@ -987,6 +987,9 @@ pub struct Qp {
     /// Scatter/gather entries a work request may carry (send, receive), as created: more is
     /// EINVAL at post (rxe's and mlx5's answer).
     pub max_sge: (u32, u32),
+    /// Work requests of each queue that may be outstanding (send, receive), as created:
+    /// one more is ENOMEM at post (ibv_post_send(3)).
+    pub max_wr: (u32, u32),
 }
 
 /// # Safety
@@ -1069,7 +1072,10 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         srq,
         ud: (a.qp_type == IBV_QPT_UD).then(crate::ud::UdQp::default),
         uc: a.qp_type == IBV_QPT_UC,
+        wrs: Default::default(),
+        ids: Default::default(),
     });
+    crate::wrs::register(&st);
     // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
     let mut qp = Box::new(Qp {
         qp: unsafe { std::mem::zeroed() },
@@ -1077,6 +1083,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         st,
         wr: Default::default(),
         max_sge: (a.cap.max_send_sge.max(1), a.cap.max_recv_sge.max(1)),
+        max_wr: (a.cap.max_send_wr, a.cap.max_recv_wr),
     });
     qp.qp.context = c;
     qp.qp.qp_context = a.qp_context;
@@ -1441,9 +1448,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // conversation (an ACK was lost) and must get its answer, not an unknown-stream refusal.
     // What it places goes through the MR table, which no longer has this QP's regions once
     // the application deregisters them.
-    // Work still in flight completes into nothing.
-    let g = global();
-    lock(&g.wrs).retain(|_, m| !Arc::ptr_eq(&m.qp, &b.st));
+    // Work still in flight completes into nothing (an inline copy stays registered: the
+    // idle stream may still resend from it).
+    drop(crate::wrs::unregister(&b.st));
     state::conns(b.st.mode)
         .waiting
         .values_mut()
@@ -1480,10 +1487,6 @@ pub(crate) fn sg_list(sge: *const ibv_sge, n: c_int) -> Option<SgList> {
         });
     }
     Some(v)
-}
-
-fn new_wr_id() -> u64 {
-    global().next_wr.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Hand work to the engine, or keep it until the QP's stream exists.
@@ -1622,18 +1625,25 @@ unsafe extern "C" fn op_post_send(
             });
         }
         let signaled = st.sq_sig_all || flags & IBV_SEND_SIGNALED != 0;
-        let id = new_wr_id();
-        lock(&global().wrs).insert(
-            id,
-            WrMeta {
-                app_wr_id: w.wr_id,
-                qp: st.clone(),
-                recv: false,
-                signaled,
-                owned_key,
-                ext: Default::default(),
-            },
-        );
+        if !crate::wrs::room(st, false, q.max_wr.0) {
+            if owned_key != 0 {
+                global()
+                    .mrs
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .deregister(owned_key);
+            }
+            set_bad(wr);
+            return libc::ENOMEM;
+        }
+        let id = crate::wrs::insert(WrMeta {
+            app_wr_id: w.wr_id,
+            qp: st.clone(),
+            recv: false,
+            signaled,
+            owned_key,
+            ext: Default::default(),
+        });
         let swr = SendWr {
             wr_id: id,
             op,
@@ -1680,23 +1690,26 @@ unsafe extern "C" fn op_post_recv(
             }
             return libc::EINVAL;
         };
-        let id = new_wr_id();
-        lock(&global().wrs).insert(
-            id,
-            WrMeta {
-                app_wr_id: w.wr_id,
-                qp: st.clone(),
-                recv: true,
-                signaled: true,
-                owned_key: 0,
-                ext: Default::default(),
-            },
-        );
+        if !crate::wrs::room(st, true, q.max_wr.1) {
+            if !bad.is_null() {
+                // SAFETY: as above.
+                unsafe { *bad = wr };
+            }
+            return libc::ENOMEM;
+        }
+        let id = crate::wrs::insert(WrMeta {
+            app_wr_id: w.wr_id,
+            qp: st.clone(),
+            recv: true,
+            signaled: true,
+            owned_key: 0,
+            ext: Default::default(),
+        });
         match &st.ud {
             // UD receives wait in the shim until a datagram for this QP arrives (ud.rs).
             Some(ud) => {
                 if let Err(e) = crate::ud::post_recv(ud, id, sgl, MAX_QP_WR as usize) {
-                    lock(&global().wrs).remove(&id);
+                    crate::wrs::remove(id);
                     if !bad.is_null() {
                         // SAFETY: as above.
                         unsafe { *bad = wr };

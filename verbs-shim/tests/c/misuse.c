@@ -338,6 +338,35 @@ int main(int argc, char **argv)
 		free(tgt);
 	}
 
+	/* --- Queues full: one work request beyond max_recv_wr / max_send_wr is ENOMEM --- */
+	{
+		struct pair p;
+		struct ibv_wc wc;
+		check(!make_pair(ctx, pd, pd, &p), "pair for full queues");
+		int ok = 1;
+		for (int i = 0; i < 32; i++)
+			ok = ok && !post_recv(p.b, 100 + i, buf2, 64, mr2->lkey);
+		check(ok, "32 receives posted on a QP of max_recv_wr 32");
+		check(post_recv(p.b, 200, buf2, 64, mr2->lkey) == ENOMEM,
+		      "the 33rd receive: ENOMEM");
+		/* One receive consumed: room for one more. */
+		ok = !post_send(p.a, IBV_WR_SEND, 7, buf, 16, mr->lkey, 0, 0) &&
+		     poll_one(p.cq_a, &wc, 10) && wc.status == IBV_WC_SUCCESS &&
+		     poll_one(p.cq_b, &wc, 10) && wc.status == IBV_WC_SUCCESS;
+		check(ok, "a SEND takes one of them");
+		check(!post_recv(p.b, 201, buf2, 64, mr2->lkey), "then one more receive fits");
+		free_pair(&p);
+		/* Sends the peer cannot take (no receive posted: RNR) stay outstanding. */
+		check(!make_pair(ctx, pd, pd, &p), "pair for a full send queue");
+		ok = 1;
+		for (int i = 0; i < 32; i++)
+			ok = ok && !post_send(p.a, IBV_WR_SEND, 300 + i, buf, 16, mr->lkey, 0, 0);
+		check(ok, "32 SENDs posted on a QP of max_send_wr 32 (peer without receives)");
+		check(post_send(p.a, IBV_WR_SEND, 400, buf, 16, mr->lkey, 0, 0) == ENOMEM,
+		      "the 33rd SEND: ENOMEM");
+		free_pair(&p);
+	}
+
 	/* --- QPs destroyed with work outstanding --- */
 	{
 		struct pair p;
