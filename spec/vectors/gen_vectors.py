@@ -524,7 +524,8 @@ close_body(v, A, 0)
 v.seal()
 
 v = new("close_ack", """
-CLOSE_ACK from B to A, reason echoed.
+CLOSE_ACK from B to A: reason 0, whatever the CLOSE's reason was (a CLOSE_ACK does not echo it).
+checks: [WIRE-28]
 """)
 base(v, "CLOSE_ACK", 0, 0, A)
 close_body(v, B, 0)
@@ -546,8 +547,10 @@ v.seal()
 
 v = new("flags_undefined", """
 Flag bits undefined for the opcode (0x80 everywhere; UNRELIABLE 0x40 outside SEND, SEND_IMM,
-WRITE and WRITE_IMM; ORDERED 0x20 outside WRITE and WRITE_IMM) are carried, not rejected: receivers ignore them, parse keeps the byte as is, emit
-writes it back unchanged.
+WRITE and WRITE_IMM; ORDERED 0x20 outside WRITE and WRITE_IMM) are carried, not rejected:
+receivers ignore them, parse keeps the flags byte whole, emit writes it back unchanged (the
+flags byte is not a reserved field: wire.md WIRE-15).
+checks: [WIRE-15] [WIRE-29]
 """)
 base(v, "PROBE", 0xE0 | ACK_REQ, 9, B)
 probe_body(v, 0, 0)
