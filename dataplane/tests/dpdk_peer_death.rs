@@ -139,6 +139,7 @@ fn retry_bound() -> Duration {
     Duration::from_millis(total + MAX_RTO_MS + 3_000)
 }
 
+// checks: [CONN-5] [LOSS-3]
 #[test]
 fn dpdk_peer_killed_mid_transfer_fails_cleanly_and_a_restarted_peer_serves_again() {
     if !need_root("dpdk_peer_killed_mid_transfer_fails_cleanly_and_a_restarted_peer_serves_again") {

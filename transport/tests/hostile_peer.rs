@@ -150,6 +150,7 @@ fn deliver_and_complete(p: &mut Pair, pkts: &[Vec<u8>], n: usize) -> Vec<Complet
     done
 }
 
+// checks: [ACK-6] [SEC-5]
 #[test]
 fn acks_and_sacks_for_psns_never_sent_are_ignored_and_counted() {
     let mut p = Pair::new();
@@ -185,6 +186,7 @@ fn acks_and_sacks_for_psns_never_sent_are_ignored_and_counted() {
     assert!(p.dst()[..4 * P as usize].iter().all(|&b| b == 0x5a));
 }
 
+// checks: [ACK-6] [SEC-5]
 #[test]
 fn cumulative_acks_running_backwards_change_nothing_and_are_counted() {
     let mut p = Pair::new();
@@ -214,6 +216,7 @@ fn cumulative_acks_running_backwards_change_nothing_and_are_counted() {
     );
 }
 
+// checks: [NACK-3] [NACK-4] [SEC-5]
 #[test]
 fn nacks_for_innocent_messages_are_ignored_and_counted() {
     let mut p = Pair::new();
@@ -271,6 +274,7 @@ fn nacks_for_innocent_messages_are_ignored_and_counted() {
     );
 }
 
+// checks: [CONN-3] [CONN-4] [CLOSE-6] [SEC-3] [SEC-5]
 #[test]
 fn packets_for_unknown_or_closed_connections_are_dropped_counted_and_unanswered() {
     let mut p = Pair::new();
@@ -317,6 +321,7 @@ fn packets_for_unknown_or_closed_connections_are_dropped_counted_and_unanswered(
     assert!(p.dst().iter().all(|&b| b == 0), "placed");
 }
 
+// checks: [RECV-3] [SEC-5]
 #[test]
 fn replayed_old_packets_are_placed_once_and_counted() {
     let mut p = Pair::new();
@@ -342,6 +347,7 @@ fn replayed_old_packets_are_placed_once_and_counted() {
     assert!(p.b.poll_completion().is_none());
 }
 
+// checks: [SEC-1] [SEC-5]
 #[test]
 fn an_open_flood_from_spoofed_sources_is_bounded_and_counted() {
     let mut b = Endpoint::new(EndpointConfig {
@@ -407,6 +413,7 @@ fn an_open_flood_from_spoofed_sources_is_bounded_and_counted() {
     assert_eq!(c.counters.drop_open_limit, 42);
 }
 
+// checks: [PLACE-1] [SEC-2] [SEC-5] [VAL-10]
 #[test]
 fn oversized_zero_length_and_out_of_range_requests_are_refused_and_counted() {
     let mut p = Pair::new();

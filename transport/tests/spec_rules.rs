@@ -108,7 +108,10 @@ fn acks(out: &[Vec<u8>]) -> Vec<(u32, u32)> {
 fn a_graceful_close_waits_for_the_atomic_response_it_owes() {
     let mut p = Pair::new();
     let rkey = p.mb.register(1, DST, 8, access::REMOTE_ATOMIC);
-    p.mb.region_mut(rkey).unwrap().data.copy_from_slice(&40u64.to_ne_bytes());
+    p.mb.region_mut(rkey)
+        .unwrap()
+        .data
+        .copy_from_slice(&40u64.to_ne_bytes());
     let lkey = p.ma.register(1, 0x1000, 8, access::LOCAL_WRITE);
     let op = SendOp::FetchAdd {
         rkey,
@@ -194,23 +197,16 @@ fn a_send_naming_a_consumed_receive_is_invalid_and_one_ahead_waits_for_a_receive
         &[1, 2, 3, 4],
     );
     assert!(n.is_empty(), "{n:?}");
-    assert_eq!(p.b.poll_completion().map(|c| c.status), Some(Status::Success));
+    assert_eq!(
+        p.b.poll_completion().map(|c| c.status),
+        Some(Status::Success)
+    );
     post_recv(&mut p, 2, lkey, 0x20_100);
     // Receive 0 is consumed: no resend can ever be placed there.
-    let n = p.send_b(
-        flags::LAST,
-        msg(1, 0, 4),
-        DataOp::Send { rsn: 0 },
-        &[5; 4],
-    );
+    let n = p.send_b(flags::LAST, msg(1, 0, 4), DataOp::Send { rsn: 0 }, &[5; 4]);
     assert_eq!(n, vec![NackReason::InvalidRequest]);
     // Receive 2 is not posted yet (only receive 1 is): RNR, the requester retries.
-    let n = p.send_b(
-        flags::LAST,
-        msg(1, 0, 4),
-        DataOp::Send { rsn: 2 },
-        &[5; 4],
-    );
+    let n = p.send_b(flags::LAST, msg(1, 0, 4), DataOp::Send { rsn: 2 }, &[5; 4]);
     assert_eq!(n, vec![NackReason::ReceiverNotReady]);
     // The same for WRITE_IMM's receive.
     let rkey = p.mb.register(1, DST, 64, access::REMOTE_WRITE);
@@ -255,7 +251,12 @@ fn nack_reasons_follow_the_precedence_of_the_checks() {
         offset: 0,
         length: 4,
     };
-    let n = p.send_b(flags::LAST, unknown, DataOp::Write { rkey, raddr: DST }, &[1; 4]);
+    let n = p.send_b(
+        flags::LAST,
+        unknown,
+        DataOp::Write { rkey, raddr: DST },
+        &[1; 4],
+    );
     assert_eq!(n, vec![NackReason::InvalidRequest]);
     // MSN beyond the stream window and a bad key: the stream window first.
     let n = p.send_b(
@@ -351,7 +352,10 @@ fn refused_and_out_of_window_packets_move_neither_ts_echo_nor_the_ack_count() {
     let d = data_at(p.to_b, 900, 80, flags::LAST, msg(1, 0, 4), w, &[1; 4]);
     let out = to_b(&mut p, &d);
     assert_eq!(nack_reasons(&out), vec![NackReason::Sequence]);
-    assert!(acks(&out).is_empty(), "an out-of-window packet triggered an ACK");
+    assert!(
+        acks(&out).is_empty(),
+        "an out-of-window packet triggered an ACK"
+    );
     // Three more new packets would make `ack_every` (4) with the refused ones counted; they
     // are not, so two new ones still leave the ACK to the timer.
     let d = data_at(p.to_b, 1, 90, 0, msg(2, 0, 2 * P), w, &[1; P as usize]);
@@ -417,7 +421,9 @@ fn close_ack_carries_reason_zero_and_a_duplicate_close_gets_another() {
             Some(ConnState::Closed)
         );
     }
-    let c = p.a.poll_completion().expect("the posted receive is flushed");
+    let c =
+        p.a.poll_completion()
+            .expect("the posted receive is flushed");
     assert_eq!((c.wr_id, c.status), (9, Status::Flushed));
 }
 
@@ -426,10 +432,7 @@ fn close_ack_carries_reason_zero_and_a_duplicate_close_gets_another() {
 fn a_zero_length_read_completes_on_its_empty_response_not_on_the_requests_ack() {
     let mut p = Pair::new();
     let lkey = p.ma.register(1, 0x1000, 64, access::LOCAL_WRITE);
-    let op = SendOp::Read {
-        rkey: 0,
-        raddr: 0,
-    };
+    let op = SendOp::Read { rkey: 0, raddr: 0 };
     p.a.post_send(p.a_conn, 1, wr(3, op, sge(lkey, 0x1000, 0)))
         .unwrap();
     let mut held = 0;
@@ -471,8 +474,13 @@ fn a_zero_length_read_completes_on_its_empty_response_not_on_the_requests_ack() 
                 held += 1; // lost, for a while: B resends it
                 continue;
             }
-            if matches!(Packet::parse(&d), Ok(Packet { body: Body::Ack(_) | Body::AckMulti(_), .. }))
-            {
+            if matches!(
+                Packet::parse(&d),
+                Ok(Packet {
+                    body: Body::Ack(_) | Body::AckMulti(_),
+                    ..
+                })
+            ) {
                 acked_req = true;
             }
             p.a.handle_datagram(p.now, B, t.src_port, false, &d, &mut p.ma);
