@@ -28,7 +28,7 @@ const RETRY_LIMIT: u64 = 16;
 /// child's PID is ferroce-dp's, so a kill reaches it.
 fn spawn(ns: &str, cfg: &Path) -> Proc {
     let c = Command::new("ip")
-        .args(["netns", "exec", ns, BIN, "run", "--config"])
+        .args(["netns", "exec", ns, BIN, "run", "--json", "--config"])
         .arg(cfg)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
