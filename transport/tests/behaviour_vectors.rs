@@ -88,7 +88,7 @@ fn reason_name(r: NackReason) -> &'static str {
 }
 
 fn hex(v: &str) -> Result<Vec<u8>, String> {
-    if v.len() % 2 != 0 {
+    if !v.len().is_multiple_of(2) {
         return Err(format!("odd hex {v:?}"));
     }
     (0..v.len())
@@ -355,7 +355,7 @@ fn matches(
             .get(k)
             .ok_or_else(|| format!("{} has no field {k}", got.0))?;
         let same = match k.as_str() {
-            "reason" if got.0 == "NACK" => v == have,
+            "reason" if got.0 == "NACK" => reason_name(reason(v)?) == have,
             "sack" | "payload" => v == have,
             "flags" => flag_bits(v)? as u64 == num(have)?,
             _ => r.value(k, v)? == num(have)?,

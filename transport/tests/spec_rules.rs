@@ -544,3 +544,108 @@ fn a_duplicate_open_for_a_closed_connection_gets_the_same_open_ack_and_creates_n
         Some(ConnState::Closed)
     );
 }
+
+/// The rate hint in B's first ACK to a new sender, with B's line rate `rate` Mbit/s.
+fn first_hint(rate: u32) -> u32 {
+    let mut p = Pair::with(|c| c.line_rate_mbps = rate);
+    let rkey = p.mb.register(1, DST, 64, access::REMOTE_WRITE);
+    let w = DataOp::Write { rkey, raddr: DST };
+    let d = data_at(p.to_b, 0, 5, flags::LAST, msg(0, 0, 4), w, &[1; 4]);
+    let out = to_b(&mut p, &d);
+    out.iter()
+        .find_map(|d| match Packet::parse(d) {
+            Ok(Packet {
+                body: Body::Ack(a), ..
+            }) => Some(a.rate_hint_mbps),
+            _ => None,
+        })
+        .expect("an ACK")
+}
+
+// checks: [CC-4] [CC-5]
+#[test]
+fn the_hint_is_the_share_rounded_down_and_never_below_one() {
+    // One sender joins: the immediate share is all of C = line rate × 0.97.
+    assert_eq!(first_hint(1_000), 970);
+    assert_eq!(first_hint(100_000), 97_000);
+    assert_eq!(first_hint(10), 9, "9.7 rounds down");
+    // 0.97 Mbit/s would round to 0, which means "no hint": it is 1.
+    assert_eq!(first_hint(1), 1);
+}
+
+// checks: [PATH-3] [PATH-4]
+#[test]
+fn a_path_made_suspect_by_an_rto_sends_one_probe_then_fails_and_probe_seq_starts_at_one() {
+    let mut p = Pair::new();
+    let rkey = p.mb.register(1, DST, 4096, access::REMOTE_WRITE);
+    let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
+    let op = SendOp::Write {
+        rkey,
+        raddr: DST,
+        imm: None,
+    };
+    p.a.post_send(p.a_conn, 1, wr(1, op, sge(lkey, 0x1000, 4 * P)))
+        .unwrap();
+    // Everything A sends from now on is lost: (time, source port, flags, packet).
+    let mut sent: Vec<(u64, u16, u8, Body<'static>)> = Vec::new();
+    let mut data_port = None;
+    for _ in 0..50_000 {
+        if p.a.poll_timeout().is_some_and(|t| t <= p.now) {
+            p.a.handle_timeout(p.now);
+        }
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let pkt = Packet::parse(&p.buf[..t.len]).unwrap();
+            match pkt.body {
+                Body::Data(_) => {
+                    data_port.get_or_insert(t.src_port);
+                }
+                Body::Probe(x) => sent.push((p.now, t.src_port, pkt.flags, Body::Probe(x))),
+                _ => {}
+            }
+        }
+        let probes = sent.iter().filter(|s| s.2 & flags::BACKLOG == 0).count();
+        if probes >= 3 {
+            break;
+        }
+        p.now += 1_000;
+    }
+    // A hint request repeats the path's current probe_seq: 0 before its first PROBE.
+    let (mut current, mut hint_requests) = (0, 0);
+    for s in &sent {
+        let Body::Probe(x) = s.3 else { unreachable!() };
+        if s.2 & flags::BACKLOG != 0 {
+            assert_eq!(x.probe_seq, current, "hint request {sent:?}");
+            hint_requests += 1;
+        } else {
+            current = x.probe_seq;
+        }
+    }
+    assert!(hint_requests > 0, "no hint request");
+    assert!(
+        matches!(sent[0].3, Body::Probe(x) if x.probe_seq == 0) && sent[0].2 & flags::BACKLOG != 0
+    );
+    let probes: Vec<(u64, u16, u32)> = sent
+        .iter()
+        .filter(|s| s.2 & flags::BACKLOG == 0)
+        .map(|s| match s.3 {
+            Body::Probe(x) => (s.0, s.1, x.probe_seq),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert!(probes.len() >= 3, "{probes:?}");
+    let data_port = data_port.expect("A sent data");
+    // Suspect (by the RTO, which counts): a PROBE on the path's own port at once, probe_seq 1,
+    // and one `rto` later (200 µs: the expiry doubled it) a second, with which the path fails.
+    assert_eq!((probes[0].1, probes[0].2), (data_port, 1), "{probes:?}");
+    assert_eq!((probes[1].1, probes[1].2), (data_port, 2), "{probes:?}");
+    assert_eq!(probes[1].0 - probes[0].0, 200_000, "{probes:?}");
+    // Probing re-routes at once: a fresh port, probe_seq counting on.
+    assert_ne!(
+        probes[2].1, data_port,
+        "a third PROBE on the old route: {probes:?}"
+    );
+    assert_eq!(probes[2].2, 3);
+    assert!(probes[2].0 - probes[1].0 <= 1_000, "{probes:?}");
+    let conn = p.a.connection(p.a_conn).unwrap();
+    assert_eq!(conn.counters.path_failures, 1, "{:?}", conn.counters);
+}
