@@ -128,8 +128,8 @@ impl Replay {
         }
     }
 
-    /// Build the packet a `send:` line describes.
-    fn packet(&self, line: &str) -> Result<Vec<u8>, String> {
+    /// Build the packet a `send:` line describes; also returns its UDP source port.
+    fn packet(&self, line: &str) -> Result<(Vec<u8>, u16), String> {
         let (op, f) = fields(line)?;
         let g = |k: &str, d: u64| -> Result<u64, String> {
             f.get(k).map_or(Ok(d), |v| self.value(k, v))
@@ -201,12 +201,19 @@ impl Replay {
                     ack_delay_ns: g("ack_delay_ns", 0)? as u32,
                 })
             }
-            "OPEN" => Body::Open(OpenRepr {
-                src_conn: g("src_conn", 0)? as u32,
-                paths: g("paths", 1)? as u8,
-                mtu: g("mtu", 64)? as u16,
-                line_rate_mbps: g("line_rate_mbps", 0)? as u32,
-            }),
+            "OPEN" | "OPEN_ACK" => {
+                let o = OpenRepr {
+                    src_conn: g("src_conn", 0)? as u32,
+                    paths: g("paths", 1)? as u8,
+                    mtu: g("mtu", 64)? as u16,
+                    line_rate_mbps: g("line_rate_mbps", 0)? as u32,
+                };
+                if op == "OPEN" {
+                    Body::Open(o)
+                } else {
+                    Body::OpenAck(o)
+                }
+            }
             "CLOSE" => Body::Close(CloseRepr {
                 src_conn: g("src_conn", 0)? as u32,
                 reason: g("reason", 0)? as u32,
@@ -227,7 +234,7 @@ impl Replay {
         let mut buf = vec![0; 4096];
         let n = pkt.emit(&mut buf).map_err(|e| format!("emit: {e:?}"))?;
         buf.truncate(n);
-        Ok(buf)
+        Ok((buf, g("sport", PEER_PORT as u64)? as u16))
     }
 
     /// The endpoint's packets until it has nothing more to send, described as fields.
@@ -245,6 +252,7 @@ impl Replay {
             m.insert("path".into(), p.path.to_string());
             m.insert("dst_conn".into(), p.dst_conn.to_string());
             m.insert("flags".into(), p.flags.to_string());
+            m.insert("sport".into(), t.src_port.to_string());
             if op == "OPEN_ACK" && self.conn == 0 {
                 self.conn = num(&m["src_conn"]).unwrap_or(0) as u32;
                 self.on_connected();
@@ -448,8 +456,8 @@ fn replay(text: &str) -> Result<(), String> {
                         "unexpected output before this send: {pending:?}"
                     )));
                 }
-                let d = r.packet(rest).map_err(at)?;
-                r.ep.handle_datagram(r.now, PEER, PEER_PORT, false, &d, &mut r.mem);
+                let (d, sport) = r.packet(rest).map_err(at)?;
+                r.ep.handle_datagram(r.now, PEER, sport, false, &d, &mut r.mem);
                 pending = r.drain();
                 r.now += STEP_NS;
             }
@@ -499,7 +507,11 @@ fn behaviour_vectors() {
         .filter(|p| p.extension().is_some_and(|x| x == "vec"))
         .collect();
     files.sort();
-    assert!(files.len() >= 8, "only {} behavioural vectors", files.len());
+    assert!(
+        files.len() >= 14,
+        "only {} behavioural vectors",
+        files.len()
+    );
     let mut failures = Vec::new();
     for f in &files {
         let text = fs::read_to_string(f).unwrap();
