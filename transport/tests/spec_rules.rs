@@ -649,3 +649,174 @@ fn a_path_made_suspect_by_an_rto_sends_one_probe_then_fails_and_probe_seq_starts
     let conn = p.a.connection(p.a_conn).unwrap();
     assert_eq!(conn.counters.path_failures, 1, "{:?}", conn.counters);
 }
+
+/// A's data packets (held back, with their PSNs) while everything else it sends reaches B
+/// and B's answers come back.
+fn a_data(p: &mut Pair) -> Vec<(u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    for _ in 0..40 {
+        for e in [&mut p.a, &mut p.b] {
+            if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                e.handle_timeout(p.now);
+            }
+        }
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let d = p.buf[..t.len].to_vec();
+            match Packet::parse(&d) {
+                Ok(Packet {
+                    body: Body::Data(x),
+                    ..
+                }) => out.push((x.seq.psn, d)),
+                _ => p.b.handle_datagram(p.now, A, 40_000, false, &d, &mut p.mb),
+            }
+        }
+        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+            let d = p.buf[..t.len].to_vec();
+            p.a.handle_datagram(p.now, B, 40_000, false, &d, &mut p.ma);
+        }
+        p.now += 500;
+    }
+    out
+}
+
+// checks: [CMPL-1] [LOSS-1] [LOSS-2]
+#[test]
+fn a_sack_hole_is_resent_under_a_new_psn_and_completions_stay_in_msn_order() {
+    let mut p = Pair::new();
+    let rkey = p.mb.register(1, DST, 256, access::REMOTE_WRITE);
+    let lkey = p.ma.register(1, 0x1000, 256, access::LOCAL_WRITE);
+    for (i, off) in [(1u64, 0u64), (2, 64)] {
+        let op = SendOp::Write {
+            rkey,
+            raddr: DST + off,
+            imm: None,
+        };
+        p.a.post_send(p.a_conn, 1, wr(i, op, sge(lkey, 0x1000 + off, P)))
+            .unwrap();
+    }
+    let sent = a_data(&mut p);
+    assert_eq!(
+        sent.len(),
+        2,
+        "{:?}",
+        sent.iter().map(|s| s.0).collect::<Vec<_>>()
+    );
+    // Only the second arrives: B's SACK shows the first as a hole.
+    p.b.handle_datagram(p.now, A, 40_000, false, &sent[1].1, &mut p.mb);
+    while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+        let d = p.buf[..t.len].to_vec();
+        p.a.handle_datagram(p.now, B, 40_000, false, &d, &mut p.ma);
+    }
+    assert!(
+        p.a.poll_completion().is_none(),
+        "WR 2 completed before WR 1, which comes first in MSN order"
+    );
+    let c = p.a.connection(p.a_conn).unwrap().counters;
+    assert_eq!(c.sack_holes, 1, "{c:?}");
+    // The hole is resent at once, under a new PSN.
+    let resent = a_data(&mut p);
+    assert!(!resent.is_empty(), "nothing resent");
+    assert!(
+        resent.iter().all(|(psn, _)| *psn > sent[1].0),
+        "a resend reused a PSN: {:?} after {:?}",
+        resent.iter().map(|r| r.0).collect::<Vec<_>>(),
+        sent.iter().map(|s| s.0).collect::<Vec<_>>()
+    );
+    let mut done = Vec::new();
+    for (_, d) in &resent {
+        p.b.handle_datagram(p.now, A, 40_000, false, d, &mut p.mb);
+    }
+    for _ in 0..50 {
+        p.exchange();
+        while let Some(c) = p.a.poll_completion() {
+            done.push((c.wr_id, c.status));
+        }
+    }
+    assert_eq!(done, vec![(1, Status::Success), (2, Status::Success)]);
+}
+
+// checks: [RES-1] [STREAM-2] [SEND-1]
+#[test]
+fn a_responder_takes_a_whole_window_of_reads_and_the_requester_holds_the_next() {
+    let mut p = Pair::new();
+    let rkey = p.mb.register(1, DST, 64, access::REMOTE_READ);
+    p.mb.region_mut(rkey).unwrap().data.fill(0x3c);
+    let lkey = p.ma.register(1, 0x10_000, 2048, access::LOCAL_WRITE);
+    const N: u32 = 1024;
+    for i in 0..=N {
+        let op = SendOp::Read {
+            rkey,
+            raddr: DST + (i % 64) as u64,
+        };
+        let sgl = sge(lkey, 0x10_000 + i as u64, 1);
+        p.a.post_send(p.a_conn, 1, wr(i as u64, op, sgl)).unwrap();
+    }
+    // B's responses are lost for now (its ACKs, hint answers and probes get through): A's
+    // READs stay outstanding, so A may start 1024 of them and no more.
+    let mut msns = std::collections::BTreeSet::new();
+    for _ in 0..4_000 {
+        for e in [&mut p.a, &mut p.b] {
+            if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                e.handle_timeout(p.now);
+            }
+        }
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let d = p.buf[..t.len].to_vec();
+            if let Ok(Packet {
+                body: Body::Data(x),
+                ..
+            }) = Packet::parse(&d)
+            {
+                msns.insert(x.msg.msn);
+            }
+            p.b.handle_datagram(p.now, A, t.src_port, false, &d, &mut p.mb);
+        }
+        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+            let d = p.buf[..t.len].to_vec();
+            if !matches!(
+                Packet::parse(&d),
+                Ok(Packet {
+                    body: Body::Data(_),
+                    ..
+                })
+            ) {
+                p.a.handle_datagram(p.now, B, t.src_port, false, &d, &mut p.ma);
+            }
+        }
+        p.now += 1_000;
+        if msns.len() as u32 == N {
+            break;
+        }
+    }
+    assert_eq!(msns.len() as u32, N, "READs started");
+    assert_eq!(msns.last().copied(), Some(N - 1), "the 1025th READ started");
+    let b = p.b.connection(ConnId(p.to_b)).unwrap().counters;
+    assert_eq!(b.nacks_sent.iter().sum::<u64>(), 0, "B refused some: {b:?}");
+    assert!(p.a.poll_completion().is_none());
+    // Now the responses get through: all 1025 READs complete, in order, every byte read.
+    let mut done = Vec::new();
+    for _ in 0..20_000 {
+        p.exchange();
+        while let Some(c) = p.a.poll_completion() {
+            done.push(c);
+        }
+        if done.len() as u32 > N {
+            break;
+        }
+    }
+    assert_eq!(done.len() as u32, N + 1);
+    assert!(
+        done.iter().all(|c| c.status == Status::Success),
+        "{:?}",
+        &done[..4]
+    );
+    assert!(
+        done.windows(2).all(|w| w[0].wr_id < w[1].wr_id),
+        "not in MSN order"
+    );
+    let got = &p.ma.region(lkey).unwrap().data[..(N + 1) as usize];
+    assert!(
+        got.iter().all(|&b| b == 0x3c),
+        "a READ placed the wrong bytes"
+    );
+}
