@@ -588,3 +588,157 @@ fn msns_count_every_request_and_rsns_only_the_receive_consuming_ones() {
         ]
     );
 }
+
+// checks: [WIRE-11] [WIRE-12] [WIRE-13] [WIRE-14] [WIRE-16] [WIRE-17] [WIRE-25]
+#[test]
+fn every_packet_a_busy_pair_sends_keeps_the_flag_offset_tsval_and_rnr_delay_rules() {
+    let mut p = Pair::with(|c| c.conn.paths = 4);
+    let rkey = p.mb.register(
+        1,
+        DST,
+        4096,
+        access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC,
+    );
+    let lkey = p.ma.register(1, 0x1000, 8192, access::LOCAL_WRITE);
+    let rk = p.mb.register(1, 0x40_000, 8192, access::LOCAL_WRITE);
+    for i in 0..8 {
+        p.b.post_recv(
+            ConnId(p.to_b),
+            1,
+            RecvWr {
+                wr_id: i,
+                sgl: sge(rk, 0x40_000 + i * 1024, 1024),
+            },
+        )
+        .unwrap();
+    }
+    let mut id = 0;
+    let mut post = |p: &mut Pair, op: SendOp, len: u32| {
+        id += 1;
+        p.a.post_send(p.a_conn, 1, wr(id, op, sge(lkey, 0x1000, len)))
+            .unwrap();
+    };
+    for k in 0..8u64 {
+        // Overlapping WRITEs (ORDERED), READs, atomics, SENDs.
+        post(
+            &mut p,
+            SendOp::Write {
+                rkey,
+                raddr: DST,
+                imm: None,
+            },
+            3 * P,
+        );
+        post(
+            &mut p,
+            SendOp::Read {
+                rkey,
+                raddr: DST + 64 * k,
+            },
+            2 * P,
+        );
+        post(
+            &mut p,
+            SendOp::FetchAdd {
+                rkey,
+                raddr: DST + 1024,
+                add: 1,
+            },
+            8,
+        );
+        post(
+            &mut p,
+            SendOp::Send {
+                imm: Some(k as u32),
+            },
+            P + 5,
+        );
+        post(
+            &mut p,
+            SendOp::Write {
+                rkey,
+                raddr: DST + 8,
+                imm: Some(7),
+            },
+            2 * P,
+        );
+    }
+    // And one refused (a key B does not have): a NACK RemoteAccess.
+    post(
+        &mut p,
+        SendOp::Write {
+            rkey: rkey ^ 0x55,
+            raddr: DST,
+            imm: None,
+        },
+        4,
+    );
+    // Run across a clock that reads 0 mod 2^32, so some packet is sent at that instant.
+    p.now = (1u64 << 32) - 40_000;
+    let (mut seen, mut at_wrap, mut nacks) = (0, 0, 0);
+    for _ in 0..400 {
+        for e in [&mut p.a, &mut p.b] {
+            if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                e.handle_timeout(p.now);
+            }
+        }
+        let mut out = Vec::new();
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            out.push((true, p.buf[..t.len].to_vec(), t.src_port));
+        }
+        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+            out.push((false, p.buf[..t.len].to_vec(), t.src_port));
+        }
+        for (from_a, d, port) in out {
+            let pkt = Packet::parse(&d).unwrap();
+            let f = pkt.flags;
+            seen += 1;
+            assert_eq!(f & 0x80, 0, "reserved flag 0x80 sent: {pkt:?}");
+            match &pkt.body {
+                Body::Data(x) => {
+                    assert_ne!(x.seq.tsval, 0, "tsval 0: {pkt:?}");
+                    assert_eq!(x.msg.offset % P, 0, "offset not k·P: {pkt:?}");
+                    let write = matches!(x.op, DataOp::Write { .. } | DataOp::WriteImm { .. });
+                    let uc_capable =
+                        write || matches!(x.op, DataOp::Send { .. } | DataOp::SendImm { .. });
+                    assert!(write || f & flags::ORDERED == 0, "ORDERED on {pkt:?}");
+                    assert!(
+                        uc_capable || f & flags::UNRELIABLE == 0,
+                        "UNRELIABLE on {pkt:?}"
+                    );
+                    if p.now & 0xffff_ffff == 0 {
+                        at_wrap += 1;
+                        assert_eq!(x.seq.tsval, 1, "the clock read 0: tsval must be 1");
+                    }
+                }
+                Body::Probe(x) => {
+                    assert_eq!(f & !flags::BACKLOG, 0, "flags {f:#x} on a PROBE");
+                    if f & flags::BACKLOG != 0 {
+                        assert_ne!(x.ts, 0, "a hint request with ts 0");
+                    }
+                }
+                Body::Nack(n) => {
+                    nacks += 1;
+                    assert_eq!(f, 0);
+                    if n.reason != NackReason::ReceiverNotReady {
+                        assert_eq!(n.rnr_delay, 0, "rnr_delay on {n:?}");
+                    }
+                }
+                _ => assert_eq!(f, 0, "flags {f:#x} on {pkt:?}"),
+            }
+            if from_a {
+                p.b.handle_datagram(p.now, A, port, false, &d, &mut p.mb);
+            } else {
+                p.a.handle_datagram(p.now, B, port, false, &d, &mut p.ma);
+            }
+        }
+        while p.a.poll_completion().is_some() {}
+        p.now += 1_000;
+    }
+    assert!(seen > 100, "only {seen} packets");
+    assert!(nacks > 0, "the refused WRITE was not NACKed");
+    assert!(
+        at_wrap > 0,
+        "no data packet was sent while the clock read 0 mod 2^32"
+    );
+}
