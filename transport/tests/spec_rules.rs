@@ -742,3 +742,79 @@ fn every_packet_a_busy_pair_sends_keeps_the_flag_offset_tsval_and_rnr_delay_rule
         "no data packet was sent while the clock read 0 mod 2^32"
     );
 }
+
+// checks: [NACK-5]
+#[test]
+fn an_rnr_nack_holds_the_chunk_for_its_delay_then_resends_it_under_a_new_psn() {
+    let mut p = Pair::new();
+    let lkey = p.ma.register(1, 0x1000, 64, access::LOCAL_WRITE);
+    let op = SendOp::Send { imm: None };
+    p.a.post_send(p.a_conn, 1, wr(1, op, sge(lkey, 0x1000, 4)))
+        .unwrap();
+    // (time, PSN) of every SEND A sends; B has no receive posted for the first 500 µs.
+    let mut sends: Vec<(u64, u32)> = Vec::new();
+    let mut rnr_at = Vec::new();
+    let mut done = None;
+    for step in 0..2_000 {
+        if step == 500 {
+            let rk = p.mb.register(1, 0x40_000, 64, access::LOCAL_WRITE);
+            post_recv(&mut p, 9, rk, 0x40_000);
+        }
+        for e in [&mut p.a, &mut p.b] {
+            if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                e.handle_timeout(p.now);
+            }
+        }
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let d = p.buf[..t.len].to_vec();
+            if let Ok(Packet {
+                body: Body::Data(x),
+                ..
+            }) = Packet::parse(&d)
+            {
+                sends.push((p.now, x.seq.psn));
+            }
+            p.b.handle_datagram(p.now, A, t.src_port, false, &d, &mut p.mb);
+        }
+        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+            let d = p.buf[..t.len].to_vec();
+            if let Ok(Packet {
+                body: Body::Nack(n),
+                ..
+            }) = Packet::parse(&d)
+            {
+                assert_eq!((n.reason, n.rnr_delay), (NackReason::ReceiverNotReady, 0));
+                rnr_at.push(p.now);
+            }
+            p.a.handle_datagram(p.now, B, t.src_port, false, &d, &mut p.ma);
+        }
+        if let Some(c) = p.a.poll_completion() {
+            done = Some(c);
+            break;
+        }
+        p.now += 1_000;
+    }
+    let done = done.expect("the SEND never completed");
+    assert_eq!(
+        done.status,
+        Status::Success,
+        "RNR retries are infinite by default"
+    );
+    assert!(rnr_at.len() >= 2, "{rnr_at:?}");
+    // Each resend follows its RNR NACK by the default delay (100 µs: rnr_delay 0), not sooner,
+    // and takes a new PSN.
+    for w in sends.windows(2) {
+        assert!(w[1].1 > w[0].1, "a resend reused PSN {}: {sends:?}", w[0].1);
+    }
+    for (i, nack) in rnr_at.iter().enumerate() {
+        let next = sends
+            .iter()
+            .find(|s| s.0 > *nack)
+            .expect("no resend after an RNR NACK");
+        assert!(
+            next.0 - nack >= 100_000,
+            "resend {} µs after RNR NACK {i}: {sends:?} {rnr_at:?}",
+            (next.0 - nack) / 1000
+        );
+    }
+}
