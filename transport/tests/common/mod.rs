@@ -345,3 +345,9 @@ pub fn a_sends(p: &mut Pair) -> (Vec<u32>, Vec<Vec<u8>>) {
     }
     (psns, out)
 }
+
+/// A's data packets (PSN, datagram), held back (`a_sends`).
+pub fn held_data(p: &mut Pair) -> Vec<(u32, Vec<u8>)> {
+    let (psns, pkts) = a_sends(p);
+    psns.into_iter().zip(pkts).collect()
+}
