@@ -37,6 +37,11 @@ fn main() -> ExitCode {
         let code = ferroce_dataplane::main_bench(&argv[3..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    // `dataplane` too (its `-v` is not clap's).
+    if argv.len() >= 2 && argv[1] == "dataplane" {
+        let code = ferroce_dataplane::main_dataplane(&argv[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     if argv.len() >= 2 && argv[1] == "interop" {
         let code = ferroce_interop::main_interop(&argv[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);

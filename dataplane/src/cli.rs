@@ -3,17 +3,40 @@
 //! (`ferroce bench dataplane ...`). Both take the arguments after the subcommand and return
 //! the process exit code.
 
-use crate::config::Config;
+use crate::config::{default_eal_args, Config};
 use std::path::PathBuf;
 
+/// The EAL arguments `run` uses: DPDK's start-up chatter (EAL, TELEMETRY lines) stays out of
+/// the way unless asked for. An `eal.args` with its own `--log-level` is left as it is.
+fn eal_args_for(cfg: &Config, dpdk_log: bool) -> Vec<String> {
+    let mut args = if cfg.eal.args.is_empty() {
+        default_eal_args()
+    } else {
+        cfg.eal.args.clone()
+    };
+    let level = if dpdk_log { "info" } else { "error" };
+    let own = !cfg.eal.args.is_empty() && args.iter().any(|a| a.starts_with("--log-level"));
+    if !own {
+        args.retain(|a| !a.starts_with("--log-level"));
+        args.push(format!("--log-level={level}"));
+    }
+    args
+}
+
 pub const DATAPLANE_USAGE: &str = "\
-usage: ferroce dataplane [run] [--config FILE] [--set KEY=VALUE]... [--json]
+usage: ferroce dataplane [run] [--config FILE] [--set KEY=VALUE]... [--json] [-v|--dpdk-log]
        ferroce dataplane print-config
        ferroce dataplane stats FILE
 
   run            bring up EAL, the port and the engine from the TOML configuration and run it
                  (with [workload] role = \"server\" or \"client\": a verified transfer); prints
-                 a JSON report (workload result and final counters) on stdout
+                 a short summary (what moved, verified bytes, goodput, latency, resends, SACK
+                 holes, drops by cause) on stdout
+  --json         print the full JSON report instead (workload result and every counter), one
+                 line on stdout
+  -v, --dpdk-log show DPDK's own start-up log (EAL lines; with the default eal.args its
+                 level is raised to info); without it DPDK logs errors only, unless eal.args
+                 sets its own --log-level
   --config FILE  TOML configuration (see print-config); fields can also be set with
                  FERROCE_DP__SECTION__KEY=VALUE in the environment (flags win)
   --set KEY=VAL  override one field, e.g. --set fault.tx.loss=0.01 --set net.address=198.18.1.11
@@ -99,6 +122,7 @@ pub fn main_dataplane(args: &[String]) -> i32 {
         "run" => {
             let mut config: Option<PathBuf> = None;
             let mut sets = Vec::new();
+            let (mut json, mut dpdk_log) = (false, false);
             while let Some(a) = it.next() {
                 match a.as_str() {
                     "--config" | "-c" => config = it.next().map(PathBuf::from),
@@ -107,7 +131,8 @@ pub fn main_dataplane(args: &[String]) -> i32 {
                             sets.push(v.clone())
                         }
                     }
-                    "--json" => {}
+                    "--json" => json = true,
+                    "-v" | "--verbose" | "--dpdk-log" => dpdk_log = true,
                     "-h" | "--help" => {
                         println!("{DATAPLANE_USAGE}");
                         return 0;
@@ -119,19 +144,24 @@ pub fn main_dataplane(args: &[String]) -> i32 {
                     }
                 }
             }
-            let cfg = match Config::load(config.as_deref(), &sets, std::env::vars()) {
+            let mut cfg = match Config::load(config.as_deref(), &sets, std::env::vars()) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("ferroce dataplane: {e}");
                     return 2;
                 }
             };
+            cfg.eal.args = eal_args_for(&cfg, dpdk_log);
             match crate::config::run_engine(&cfg) {
                 Ok(report) => {
-                    println!(
-                        "{}",
-                        serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
-                    );
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
+                        );
+                    } else {
+                        print!("{}", crate::summary::render(&cfg, &report));
+                    }
                     let ok = report["workload"].is_null()
                         || report["workload"]["ok"].as_bool() == Some(true);
                     if ok {
@@ -199,4 +229,42 @@ pub fn print_stats_file(path: &std::path::Path) -> std::io::Result<()> {
     let s = std::fs::read_to_string(path)?;
     print!("{}", render_stats(&s));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(eal: &[&str]) -> Config {
+        let mut c = Config::from_toml(
+            "[net]\naddress = \"198.18.1.11\"\n[port]\nvdev = \"net_ring0\"\n",
+            "x.toml",
+        )
+        .unwrap();
+        c.eal.args = eal.iter().map(|s| s.to_string()).collect();
+        c
+    }
+
+    #[test]
+    fn dpdk_start_up_log_is_quiet_unless_asked_and_an_own_level_is_kept() {
+        let level = |v: &[String]| -> Vec<String> {
+            v.iter()
+                .filter(|a| a.starts_with("--log-level"))
+                .cloned()
+                .collect()
+        };
+        // Default arguments: errors only, or info with -v; the rest unchanged.
+        let quiet = eal_args_for(&cfg(&[]), false);
+        assert_eq!(level(&quiet), vec!["--log-level=error"]);
+        assert!(quiet.iter().any(|a| a == "--no-huge"));
+        assert_eq!(
+            level(&eal_args_for(&cfg(&[]), true)),
+            vec!["--log-level=info"]
+        );
+        // The user's arguments without a level get one; with one, they are kept as they are.
+        let own = eal_args_for(&cfg(&["--in-memory"]), false);
+        assert_eq!(own, vec!["--in-memory", "--log-level=error"]);
+        let own = eal_args_for(&cfg(&["--in-memory", "--log-level=debug"]), false);
+        assert_eq!(own, vec!["--in-memory", "--log-level=debug"]);
+    }
 }

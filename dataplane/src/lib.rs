@@ -8,6 +8,7 @@
 //! - [`net`]: frame parsing and header writing; [`counters`]: counters and their JSON form.
 //! - [`config`]: the TOML configuration (with flag and environment overrides) and
 //!   [`config::run_engine`], what `ferroce dataplane` runs.
+//! - [`summary`]: the readable summary `ferroce dataplane run` prints (`--json`: the report).
 //! - [`app`]: a self-verifying workload (the harness's) over an engine's queues.
 //! - [`bench`]: `ferroce bench dataplane` (raw PMD rate vs the transport's, CPU time, ACKs
 //!   and allocations per packet); [`cpu`]: the thread CPU clock and allocation counter it uses.
@@ -26,6 +27,7 @@ pub mod io;
 pub mod net;
 pub mod netns;
 pub mod pcap;
+pub mod summary;
 pub mod wake;
 
 pub use cli::{main_bench, main_dataplane};

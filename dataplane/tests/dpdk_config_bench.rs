@@ -89,7 +89,7 @@ duration_s = 0.5
     }
     {
         let _huge = Hugepages::reserve(128).expect("reserve hugepages");
-        let (ok, out, err) = run(&["run", "--config", cfg.to_str().unwrap()], &[]);
+        let (ok, out, err) = run(&["run", "--json", "--config", cfg.to_str().unwrap()], &[]);
         assert!(ok, "engine with hugepages failed: {err}");
         let v: Value = serde_json::from_str(out.lines().last().unwrap_or("")).expect("json");
         assert_eq!(v["counters"]["port"]["name"], "net_ring0");

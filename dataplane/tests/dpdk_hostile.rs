@@ -106,6 +106,7 @@ fn counters(path: &Path) -> Value {
         .unwrap_or(Value::Null)
 }
 
+// checks: [SEC-1] [SEC-3] [ACK-6]
 #[test]
 fn dpdk_hostile_socket_open_flood_unknown_conns_and_bogus_acks() {
     if !need_root("dpdk_hostile_socket_open_flood_unknown_conns_and_bogus_acks") {

@@ -28,7 +28,7 @@ const RETRY_LIMIT: u64 = 16;
 /// child's PID is ferroce-dp's, so a kill reaches it.
 fn spawn(ns: &str, cfg: &Path) -> Proc {
     let c = Command::new("ip")
-        .args(["netns", "exec", ns, BIN, "run", "--config"])
+        .args(["netns", "exec", ns, BIN, "run", "--json", "--config"])
         .arg(cfg)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -139,6 +139,7 @@ fn retry_bound() -> Duration {
     Duration::from_millis(total + MAX_RTO_MS + 3_000)
 }
 
+// checks: [CONN-5] [LOSS-3]
 #[test]
 fn dpdk_peer_killed_mid_transfer_fails_cleanly_and_a_restarted_peer_serves_again() {
     if !need_root("dpdk_peer_killed_mid_transfer_fails_cleanly_and_a_restarted_peer_serves_again") {

@@ -34,6 +34,11 @@ const MIXED_OPS: &str =
     r#"["send", "send_imm", "write", "write_imm", "read", "fetch_add", "cmp_swap"]"#;
 const MIXED_SIZES: &str = "[1, 64, 1000, 1408, 1409, 4097, 20000, 65536]";
 
+/// Where a side's engine writes its JSON report (`workload.result_json`).
+fn result_path(dir: &Path, run: &Run, role: &str) -> PathBuf {
+    dir.join(format!("{}-{role}-result.json", run.name))
+}
+
 fn config(dir: &Path, side: usize, run: &Run, veth: &VethPair, extra: &str) -> PathBuf {
     let role = if side == 0 { "client" } else { "server" };
     let text = format!(
@@ -75,6 +80,7 @@ ops = {ops}
 depth = 8
 recv_depth = 32
 timeout_s = 60
+result_json = "{result}"
 {extra}
 "#,
         iface = veth.ifname[side],
@@ -92,15 +98,19 @@ timeout_s = 60
         messages = run.messages,
         sizes = run.sizes,
         ops = run.ops,
+        result = result_path(dir, run, role).display(),
     );
     let p = dir.join(format!("{}-{role}.toml", run.name));
     std::fs::write(&p, text).expect("write config");
     p
 }
 
-fn spawn(ns: &str, cfg: &Path) -> Proc {
+/// `ferroce-dp run` in `ns`: with `json`, the JSON report on stdout, else the summary.
+fn spawn(ns: &str, cfg: &Path, json: bool) -> Proc {
     let c = Command::new("ip")
-        .args(["netns", "exec", ns, BIN, "run", "--config"])
+        .args(["netns", "exec", ns, BIN, "run"])
+        .args(json.then_some("--json"))
+        .arg("--config")
         .arg(cfg)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -128,18 +138,36 @@ fn run_pair(
 ) -> (Value, Value) {
     let scfg = config(dir, 1, run, veth, server_extra);
     let ccfg = config(dir, 0, run, veth, client_extra);
-    let server = spawn(&veth.ns[1], &scfg);
+    // The server prints its readable summary (its report goes to `workload.result_json`).
+    let server = spawn(&veth.ns[1], &scfg, false);
     // The server answers ARP and accepts once its port is up; the client's OPEN is retried
     // anyway, so a short head start is enough.
     std::thread::sleep(Duration::from_millis(300));
     before_client();
-    let client = spawn(&veth.ns[0], &ccfg);
+    let client = spawn(&veth.ns[0], &ccfg, true);
     let (cok, cout, cerr, _) = client.wait(Duration::from_secs(90));
     let (sok, sout, serr, _) = server.wait(Duration::from_secs(20));
     let c = last_json(&cout);
-    let s = last_json(&sout);
+    let s: Value = std::fs::read_to_string(result_path(dir, run, "server"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    // The summary says what moved, and DPDK's start-up chatter stays out of the way.
+    for want in ["result:      ok", "receives", "verified", "drops:"] {
+        assert!(
+            sout.contains(want),
+            "{}: server summary lacks {want:?}:\n{sout}",
+            run.name
+        );
+    }
+    assert!(
+        !serr.contains("EAL:") && !serr.contains("TELEMETRY:"),
+        "{}: DPDK start-up log without -v:\n{serr}",
+        run.name
+    );
     if std::env::var_os("FERROCE_VETH_DUMP").is_some() {
         println!("{} client: {c}\n{} server: {s}", run.name, run.name);
+        println!("{} server summary:\n{sout}", run.name);
     }
     let w = &c["workload"];
     println!(

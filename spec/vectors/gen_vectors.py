@@ -86,6 +86,8 @@ class Vec:
         lines = []
         for c in self.comment.strip().splitlines():
             lines.append(("# " + c.strip()).rstrip())
+        if self.name in CHECKS:
+            lines.append("# checks: " + CHECKS[self.name])
         lines.append("name: " + self.name)
         if self.error:
             lines.append("error: " + self.error)
@@ -215,6 +217,49 @@ A = 0x7C3A91E5  # connection id chosen by endpoint A
 B = 0x1D05B2C8  # connection id chosen by endpoint B
 ACK_REQ, LAST, RETX, SOL, BACKLOG, ORDERED, UNRELIABLE = 1, 2, 4, 8, 16, 32, 64
 OUT = []
+# The requirements (spec/requirements.md) each vector checks, read by scripts/req-index.
+CHECKS = {
+    "truncated_empty": "[VAL-1]",
+    "truncated_short": "[VAL-1]",
+    "truncated_headers": "[VAL-4]",
+    "truncated_ack": "[VAL-4]",
+    "truncated_ack_multi": "[VAL-4]",
+    "bad_version": "[VAL-2]",
+    "bad_version_zero": "[VAL-2] [VAL-14]",
+    "bad_opcode": "[VAL-3]",
+    "bad_opcode_ff": "[VAL-3]",
+    "ack_with_payload": "[VAL-5]",
+    "read_req_with_payload": "[VAL-5]",
+    "structure_before_crc": "[VAL-5] [VAL-14]",
+    "bad_crc": "[VAL-6]",
+    "bad_crc_payload_bit": "[VAL-6]",
+    "read_req_offset": "[VAL-7] [WIRE-18]",
+    "atomic_length_4": "[VAL-8] [WIRE-21]",
+    "atomic_offset": "[VAL-8] [WIRE-21]",
+    "atomic_resp_length_16": "[VAL-8] [WIRE-21]",
+    "payload_beyond_length": "[VAL-9]",
+    "offset_overflow": "[VAL-9]",
+    "empty_nonempty_message": "[VAL-10]",
+    "nack_reason_0": "[VAL-11]",
+    "nack_reason_6": "[VAL-11]",
+    "open_zero_paths": "[VAL-12]",
+    "open_ack_conn_zero": "[VAL-12]",
+    "open_mtu_63": "[VAL-12] [WIRE-9]",
+    "open_ack_mtu_64": "[WIRE-9]",
+    "ack_multi_no_blocks": "[VAL-13]",
+    "ack_multi_short": "[VAL-13]",
+    "ack_multi_trailing": "[VAL-13]",
+    "ack_multi_words_5": "[VAL-13]",
+    "ack_multi_path_twice": "[VAL-13]",
+    "ack_multi": "[WIRE-22]",
+    "nack_reserved_nonzero": "[WIRE-26] [WIRE-29]",
+    "open_reserved_nonzero": "[WIRE-27] [WIRE-29]",
+    "fetch_add": "[WIRE-21]",
+    "cmp_swap": "[WIRE-21]",
+    "atomic_resp": "[WIRE-21]",
+    "read_req": "[WIRE-18]",
+    "read_req_zero": "[WIRE-18]",
+}
 
 
 def new(name, comment):
@@ -524,7 +569,8 @@ close_body(v, A, 0)
 v.seal()
 
 v = new("close_ack", """
-CLOSE_ACK from B to A, reason echoed.
+CLOSE_ACK from B to A: reason 0, whatever the CLOSE's reason was (a CLOSE_ACK does not echo it).
+checks: [WIRE-28]
 """)
 base(v, "CLOSE_ACK", 0, 0, A)
 close_body(v, B, 0)
@@ -546,8 +592,10 @@ v.seal()
 
 v = new("flags_undefined", """
 Flag bits undefined for the opcode (0x80 everywhere; UNRELIABLE 0x40 outside SEND, SEND_IMM,
-WRITE and WRITE_IMM; ORDERED 0x20 outside WRITE and WRITE_IMM) are carried, not rejected: receivers ignore them, parse keeps the byte as is, emit
-writes it back unchanged.
+WRITE and WRITE_IMM; ORDERED 0x20 outside WRITE and WRITE_IMM) are carried, not rejected:
+receivers ignore them, parse keeps the flags byte whole, emit writes it back unchanged (the
+flags byte is not a reserved field: wire.md WIRE-15).
+checks: [WIRE-15] [WIRE-29]
 """)
 base(v, "PROBE", 0xE0 | ACK_REQ, 9, B)
 probe_body(v, 0, 0)

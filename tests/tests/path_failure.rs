@@ -24,6 +24,7 @@ fn finish(sim: &mut Sim<NodeHost>, c: HostId, s: HostId) -> RunReport {
     report(sim, c, s, done)
 }
 
+// checks: [PATH-3] [PATH-7]
 #[test]
 fn leaf_spine_survives_all_spines_but_one_blackholed() {
     let run = TwoHostRun {

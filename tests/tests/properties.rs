@@ -105,6 +105,7 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
+    // checks: [PLACE-4] [PLACE-6]
     #[test]
     fn every_message_exactly_once_with_right_bytes(
         f in faults(),
@@ -132,6 +133,7 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
+    // checks: [PLACE-6]
     #[test]
     fn overlapping_writes_leave_the_last_one(
         f in faults(),

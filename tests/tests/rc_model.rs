@@ -766,6 +766,7 @@ fn cases() -> u32 {
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
+    // checks: [PLACE-6]
     #[test]
     fn memory_equals_the_sequential_model(c in case()) {
         if let Err(e) = run(&c) {
@@ -774,6 +775,7 @@ proptest! {
     }
 }
 
+// checks: [PLACE-6]
 /// The pattern of the original report: many WRITEs to one address, last write wins, under
 /// loss and reordering, over several seeds (no shrinking needed to read a failure).
 #[test]

@@ -200,6 +200,7 @@ fn run_case(st: &mut Setup, stream: u32, op: SendOp, len: u32) -> (Status, Statu
     (done[0].status, done[1].status)
 }
 
+// checks: [SEC-2] [PLACE-1]
 #[test]
 fn bad_remote_requests_are_refused_and_touch_nothing() {
     let mut st = setup();
@@ -428,6 +429,7 @@ fn bad_remote_requests_are_refused_and_touch_nothing() {
     assert_eq!(data, &want[..]);
 }
 
+// checks: [PLACE-1]
 #[test]
 fn request_to_unknown_stream_is_invalid() {
     let mut st = setup();
@@ -470,6 +472,7 @@ fn request_to_unknown_stream_is_invalid() {
     assert_eq!(got, Some(Status::RemoteInvalidRequest));
 }
 
+// checks: [PLACE-1]
 #[test]
 fn send_too_long_for_receive_buffer_is_refused() {
     let mut st = setup();
@@ -548,6 +551,7 @@ fn send_too_long_for_receive_buffer_is_refused() {
     assert!(again.is_err(), "a stream in Error accepted a receive");
 }
 
+// checks: [PLACE-1]
 /// A SEND whose receive names memory of another protection domain (e.g. a region moved by
 /// `ibv_rereg_mr`): a remote operational error at the requester, a local protection error on
 /// the responder's receive, the memory untouched, both streams in Error, and the WRs after it

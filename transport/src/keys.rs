@@ -117,6 +117,7 @@ mod tests {
         }
     }
 
+    // checks: [SEC-4]
     /// Different secrets give unrelated sequences; consecutive keys have no constant step.
     #[test]
     fn keys_depend_on_the_secret_and_do_not_step() {

@@ -131,6 +131,7 @@ fn run_burst(ack_multi: bool) -> (Vec<Vec<u8>>, usize, Pair) {
     (acks, paths.len(), p)
 }
 
+// checks: [ACK-3] [ACK-5]
 #[test]
 fn a_burst_over_many_paths_is_acknowledged_by_one_datagram() {
     let (acks, paths, p) = run_burst(true);
@@ -158,6 +159,7 @@ fn a_burst_over_many_paths_is_acknowledged_by_one_datagram() {
     assert_eq!(b.ack_blocks_sent, paths as u64);
 }
 
+// checks: [ACK-5]
 #[test]
 fn without_ack_multi_every_path_gets_its_own_ack() {
     let (acks, paths, _) = run_burst(false);
@@ -167,6 +169,7 @@ fn without_ack_multi_every_path_gets_its_own_ack() {
     }
 }
 
+// checks: [ACK-7]
 #[test]
 fn a_block_for_an_unknown_path_is_counted_and_the_others_are_processed() {
     let (mut p, lkey, rkey) = warm_pair(|_| {});

@@ -53,6 +53,7 @@ fn write_imm(rkey: u32, raddr: u64) -> DataOp {
     }
 }
 
+// checks: [PLACE-2]
 #[test]
 fn a_chunk_longer_than_its_share_is_refused_and_places_nothing() {
     let mut p = setup();
@@ -72,6 +73,7 @@ fn a_chunk_longer_than_its_share_is_refused_and_places_nothing() {
     );
 }
 
+// checks: [PLACE-2]
 #[test]
 fn a_short_non_final_chunk_is_refused_and_the_message_does_not_complete() {
     let mut p = setup();
@@ -94,6 +96,7 @@ fn a_short_non_final_chunk_is_refused_and_the_message_does_not_complete() {
     );
 }
 
+// checks: [PLACE-2]
 #[test]
 fn chunks_naming_another_key_base_or_receive_are_refused() {
     // A second region the attacker would like to reach through the first's message.
@@ -131,6 +134,7 @@ fn chunks_naming_another_key_base_or_receive_are_refused() {
     }
 }
 
+// checks: [PLACE-1]
 #[test]
 fn a_zero_length_write_with_key_zero_succeeds() {
     let mut p = setup();
@@ -158,6 +162,7 @@ fn a_zero_length_write_with_key_zero_succeeds() {
     assert_eq!((c.wr_id, c.status), (3, Status::Success));
 }
 
+// checks: [PLACE-3]
 #[test]
 fn a_read_response_chunk_of_the_wrong_size_fails_the_read() {
     for short in [true, false] {

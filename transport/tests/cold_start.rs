@@ -135,6 +135,7 @@ fn opcode(d: &Dgram) -> (Opcode, u8) {
     (p.opcode(), p.flags)
 }
 
+// checks: [COLD-1] [COLD-2]
 #[test]
 fn a_cold_sender_sends_its_request_and_one_pilot_then_waits() {
     let (mut p, t0) = Pair::new(|_| {});

@@ -9,24 +9,10 @@ mod common;
 use common::*;
 use ferroce_transport::mem::access;
 use ferroce_transport::wire::{
-    flags, AckRepr, Body, DataOp, NackReason, NackRepr, OpenRepr, Packet, Sack256,
+    flags, AckRepr, Body, DataOp, NackReason, NackRepr, OpenRepr, Sack256,
 };
 use ferroce_transport::*;
 use std::net::Ipv4Addr;
-
-/// Emit `body` as a packet on `path` to connection `dst` (the victim is the caller's).
-fn packet(dst: u32, path: u8, body: Body<'_>) -> Vec<u8> {
-    let pkt = Packet {
-        flags: 0,
-        path,
-        dst_conn: dst,
-        body,
-    };
-    let mut buf = vec![0; 4096];
-    let n = pkt.emit(&mut buf).unwrap();
-    buf.truncate(n);
-    buf
-}
 
 /// B's crafted packet to A (the victim); what A sends in answer.
 fn to_a(p: &mut Pair, d: &[u8]) -> Vec<Vec<u8>> {
@@ -98,40 +84,6 @@ fn post_write(p: &mut Pair, wr_id: u64, n: u32) -> u32 {
     rkey
 }
 
-/// What A sends now (timers fired): its data packets are held back (their PSNs and the
-/// datagrams returned), everything else (hint requests, probes) goes to B and B's answers
-/// come back, so A gets to send its data.
-fn a_sends(p: &mut Pair) -> (Vec<u32>, Vec<Vec<u8>>) {
-    let mut psns = Vec::new();
-    let mut out = Vec::new();
-    for _ in 0..40 {
-        for e in [&mut p.a, &mut p.b] {
-            if e.poll_timeout().is_some_and(|t| t <= p.now) {
-                e.handle_timeout(p.now);
-            }
-        }
-        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
-            let d = p.buf[..t.len].to_vec();
-            match Packet::parse(&d) {
-                Ok(Packet {
-                    body: Body::Data(x),
-                    ..
-                }) => {
-                    psns.push(x.seq.psn);
-                    out.push(d);
-                }
-                _ => p.b.handle_datagram(p.now, A, 40_000, false, &d, &mut p.mb),
-            }
-        }
-        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
-            let d = p.buf[..t.len].to_vec();
-            p.a.handle_datagram(p.now, B, 40_000, false, &d, &mut p.ma);
-        }
-        p.now += 500;
-    }
-    (psns, out)
-}
-
 /// Deliver `pkts` to B, then exchange until A has `n` completions (or give up).
 fn deliver_and_complete(p: &mut Pair, pkts: &[Vec<u8>], n: usize) -> Vec<Completion> {
     for d in pkts {
@@ -150,6 +102,7 @@ fn deliver_and_complete(p: &mut Pair, pkts: &[Vec<u8>], n: usize) -> Vec<Complet
     done
 }
 
+// checks: [ACK-6] [SEC-5]
 #[test]
 fn acks_and_sacks_for_psns_never_sent_are_ignored_and_counted() {
     let mut p = Pair::new();
@@ -170,7 +123,7 @@ fn acks_and_sacks_for_psns_never_sent_are_ignored_and_counted() {
     .into_iter()
     .enumerate()
     {
-        let d = packet(p.to_a, 0, body);
+        let d = crafted(p.to_a, 0, 0, body);
         to_a(&mut p, &d);
         assert_eq!(a_counters(&p).rx_acks_bogus, i as u64 + 1);
         assert!(
@@ -185,6 +138,7 @@ fn acks_and_sacks_for_psns_never_sent_are_ignored_and_counted() {
     assert!(p.dst()[..4 * P as usize].iter().all(|&b| b == 0x5a));
 }
 
+// checks: [ACK-6] [SEC-5]
 #[test]
 fn cumulative_acks_running_backwards_change_nothing_and_are_counted() {
     let mut p = Pair::new();
@@ -195,7 +149,7 @@ fn cumulative_acks_running_backwards_change_nothing_and_are_counted() {
     let first = *psns.iter().min().unwrap();
     let before = a_counters(&p);
     for back in 0..4 {
-        let d = packet(p.to_a, 0, ack(first + back, Sack256::default()));
+        let d = crafted(p.to_a, 0, 0, ack(first + back, Sack256::default()));
         to_a(&mut p, &d);
     }
     let after = a_counters(&p);
@@ -214,6 +168,7 @@ fn cumulative_acks_running_backwards_change_nothing_and_are_counted() {
     );
 }
 
+// checks: [NACK-3] [NACK-4] [SEC-5]
 #[test]
 fn nacks_for_innocent_messages_are_ignored_and_counted() {
     let mut p = Pair::new();
@@ -253,7 +208,7 @@ fn nacks_for_innocent_messages_are_ignored_and_counted() {
     ];
     let n = cases.len() as u64;
     for (path, body) in cases {
-        let d = packet(p.to_a, path, body);
+        let d = crafted(p.to_a, path, 0, body);
         assert!(to_a(&mut p, &d).is_empty(), "a NACK was answered");
     }
     assert_eq!(a_counters(&p).rx_nacks_ignored, before + n);
@@ -271,6 +226,7 @@ fn nacks_for_innocent_messages_are_ignored_and_counted() {
     );
 }
 
+// checks: [CONN-3] [CONN-4] [CLOSE-6] [SEC-3] [SEC-5]
 #[test]
 fn packets_for_unknown_or_closed_connections_are_dropped_counted_and_unanswered() {
     let mut p = Pair::new();
@@ -317,6 +273,7 @@ fn packets_for_unknown_or_closed_connections_are_dropped_counted_and_unanswered(
     assert!(p.dst().iter().all(|&b| b == 0), "placed");
 }
 
+// checks: [RECV-3] [SEC-5]
 #[test]
 fn replayed_old_packets_are_placed_once_and_counted() {
     let mut p = Pair::new();
@@ -342,6 +299,7 @@ fn replayed_old_packets_are_placed_once_and_counted() {
     assert!(p.b.poll_completion().is_none());
 }
 
+// checks: [SEC-1] [SEC-5]
 #[test]
 fn an_open_flood_from_spoofed_sources_is_bounded_and_counted() {
     let mut b = Endpoint::new(EndpointConfig {
@@ -353,7 +311,8 @@ fn an_open_flood_from_spoofed_sources_is_bounded_and_counted() {
     let mut mem = ferroce_transport::mem::Regions::new();
     let mut buf = vec![0; 4096];
     let open = |src_conn| {
-        packet(
+        crafted(
+            0,
             0,
             0,
             Body::Open(OpenRepr {
@@ -407,6 +366,7 @@ fn an_open_flood_from_spoofed_sources_is_bounded_and_counted() {
     assert_eq!(c.counters.drop_open_limit, 42);
 }
 
+// checks: [PLACE-1] [SEC-2] [SEC-5] [VAL-10]
 #[test]
 fn oversized_zero_length_and_out_of_range_requests_are_refused_and_counted() {
     let mut p = Pair::new();

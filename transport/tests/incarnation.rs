@@ -145,6 +145,7 @@ fn until_completion(
     None
 }
 
+// checks: [CONN-5] [LOSS-3]
 #[test]
 fn a_restarted_peer_is_a_new_incarnation_and_the_old_one_fails_cleanly() {
     let mut now = 1_000u64;
@@ -244,6 +245,7 @@ fn a_restarted_peer_is_a_new_incarnation_and_the_old_one_fails_cleanly() {
         .all(|&x| x == 0xcd));
 }
 
+// checks: [CONN-5]
 #[test]
 fn without_an_incarnation_a_restarted_peer_reuses_its_connection_id() {
     // Why the incarnation exists: the same seed alone gives the same first id, so the old

@@ -9,6 +9,7 @@ use ferroce_transport::wire::{Opcode, Packet};
 use ferroce_transport::*;
 use std::net::Ipv4Addr;
 
+// checks: [OPEN-4]
 #[test]
 fn open_is_resent_on_its_schedule_then_the_connection_fails() {
     let mut ep = Endpoint::new(EndpointConfig::default());

@@ -334,6 +334,7 @@ proptest! {
         }
     }
 
+    // checks: [WIRE-29]
     /// (a') Plausible bytes (version 1, a known opcode, random body, correct CRC): no panic,
     /// and whenever they parse, emit gives the canonical bytes back and re-parses equal.
     #[test]
@@ -376,6 +377,7 @@ proptest! {
         }
     }
 
+    // checks: [WIRE-23] [WIRE-24] [WIRE-29]
     /// (a'') Sealed ACK_MULTI bodies of random blocks with random `words` and reserved bytes:
     /// no panic; whatever parses re-emits canonically (reserved zero, minimal SACK words).
     #[test]
@@ -408,6 +410,7 @@ proptest! {
         }
     }
 
+    // checks: [WIRE-29]
     /// (b) Valid reprs round-trip emit -> parse -> equal, and the two-step emit agrees.
     #[test]
     fn roundtrip(o in valid_packet()) {
@@ -431,6 +434,7 @@ proptest! {
         prop_assert_eq!(p.emit(&mut buf[..bytes.len() - 1]), Err(WireError::BufferTooSmall));
     }
 
+    // checks: [VAL-6]
     /// (c) Every single-bit flip of a valid packet is rejected.
     #[test]
     fn any_bit_flip_is_rejected(o in valid_packet()) {
@@ -444,6 +448,7 @@ proptest! {
         }
     }
 
+    // checks: [VAL-14]
     /// (d) Every truncation of a valid packet is rejected.
     #[test]
     fn any_truncation_is_rejected(o in valid_packet()) {
@@ -454,6 +459,7 @@ proptest! {
         }
     }
 
+    // checks: [WIRE-29]
     /// ACK_MULTI: any set of blocks (distinct paths, any SACK) written by the writer parses
     /// back to the same blocks, re-emits byte for byte, and no bit flip or truncation of it
     /// parses.

@@ -10,6 +10,7 @@ use ferroce_transport::mem::access;
 use ferroce_transport::wire::{flags, DataOp, Opcode, Packet};
 use ferroce_transport::*;
 
+// checks: [LOSS-4]
 #[test]
 fn a_lost_read_request_is_found_by_the_time_rule() {
     let mut p = Pair::with(|c| c.conn.paths = 3);
@@ -66,6 +67,7 @@ fn a_lost_read_request_is_found_by_the_time_rule() {
     );
 }
 
+// checks: [PLACE-5]
 #[test]
 fn ordered_payloads_past_the_hold_limit_are_dropped_and_resent_and_held_ones_placed() {
     // Room to hold one chunk.
@@ -109,6 +111,7 @@ fn ordered_payloads_past_the_hold_limit_are_dropped_and_resent_and_held_ones_pla
     assert_eq!(mem(&p), vec![2; 2 * P as usize]);
 }
 
+// checks: [CC-10]
 /// Pacing catch-up (congestion.md §2.1): a paced sender that the embedder asks late sends
 /// what it owes at once, up to `pace_catch_up` packets; with 0 (the simulator's setting) one.
 #[test]

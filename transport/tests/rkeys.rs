@@ -58,6 +58,7 @@ fn the_right_key_writes_the_target() {
     assert_eq!(b_counters(&p).remote_access_refused, 0);
 }
 
+// checks: [SEC-4]
 #[test]
 fn the_seen_key_plus_an_old_step_is_refused_and_counted() {
     for (i, secret) in [[0x5c; 16], [1; 16], *b"ferroce-rkeys-16"]
@@ -90,6 +91,7 @@ fn the_seen_key_plus_an_old_step_is_refused_and_counted() {
     }
 }
 
+// checks: [SEC-2] [SEC-4]
 #[test]
 fn random_guesses_are_refused_and_counted() {
     let (mut p, seen, target) = setup(*b"ferroce-rkeys-16");
@@ -115,6 +117,7 @@ fn random_guesses_are_refused_and_counted() {
     assert!(write_target(&mut p, target).is_empty());
 }
 
+// checks: [SEC-2]
 #[test]
 fn a_requester_using_a_guessed_key_gets_a_remote_access_completion() {
     let (mut p, seen, target) = setup([0x5c; 16]);

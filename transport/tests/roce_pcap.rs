@@ -130,6 +130,7 @@ fn describe(p: &Packet) -> String {
     s
 }
 
+// checks: [ROCE-2]
 #[test]
 fn every_packet_parses_matches_icrc_and_round_trips() {
     let frames = frames();
@@ -669,6 +670,7 @@ fn assert_same_streams(
     }
 }
 
+// checks: [ROCE-2] [ROCE-4]
 #[test]
 fn engine_as_the_responder_host_sends_what_rxe_sent() {
     let (ours, rxe, done, mem) = play(H2);

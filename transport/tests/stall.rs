@@ -116,6 +116,7 @@ fn run(dark: std::ops::Range<u64>, limit: u64) -> (Vec<Status>, bool) {
     (done, failed)
 }
 
+// checks: [LOSS-3]
 #[test]
 fn a_30_ms_blackout_over_16_paths_does_not_fail_the_connection() {
     // Dark from 20 us after the WRITEs start (packets of every path in flight).
@@ -124,6 +125,7 @@ fn a_30_ms_blackout_over_16_paths_does_not_fail_the_connection() {
     assert_eq!(done, vec![Status::Success; 8], "every WRITE completes");
 }
 
+// checks: [LOSS-3]
 #[test]
 fn a_peer_that_stays_silent_still_fails_the_connection() {
     let (done, failed) = run(20_000..u64::MAX, 5_000_000_000);

@@ -25,6 +25,7 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(13) ^ seed).collect()
 }
 
+// checks: [UC-1]
 #[test]
 fn a_lost_packet_loses_its_message_and_nothing_is_resent() {
     let mut p = uc_pair();
@@ -138,6 +139,7 @@ fn a_lost_packet_loses_its_message_and_nothing_is_resent() {
     assert_eq!(ca.retx_pkts, 0);
 }
 
+// checks: [UC-2]
 #[test]
 fn disagreeing_ends_and_missing_receives_are_dropped_without_nack() {
     let mut p = uc_pair();

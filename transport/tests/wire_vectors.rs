@@ -456,6 +456,7 @@ fn hex(b: &[u8]) -> String {
         .join(" ")
 }
 
+// checks: [VEC-1] [VEC-2] [VAL-14]
 #[test]
 fn wire_vectors() {
     let dir = vectors_dir();

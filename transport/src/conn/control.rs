@@ -63,6 +63,13 @@ impl Connection {
         self.events.push_back(Event::Failed { conn: self.id });
     }
 
+    /// READ or atomic responses this end executed that the peer has not acknowledged yet. A
+    /// graceful close waits for them too (spec/transport.md CLOSE-2): an atomic already applied
+    /// whose answer a CLOSE cut off would leave the peer's WR flushed with its effect in memory.
+    pub(super) fn owes_responses(&self) -> bool {
+        self.streams.values().any(|s| !s.responses.is_empty())
+    }
+
     /// Start a graceful close: CLOSE once nothing is outstanding.
     pub(crate) fn close(&mut self) {
         if self.state == ConnState::Open {

@@ -696,7 +696,11 @@ impl Connection {
                 .unwrap_or_else(|| path_entropy(self.seed, 0, 0));
             return pkt.emit(buf).ok().map(|l| (l, port));
         }
-        if self.state == ConnState::Closing && self.outstanding() == 0 && self.ctrl_at.is_none() {
+        if self.state == ConnState::Closing
+            && self.outstanding() == 0
+            && !self.owes_responses()
+            && self.ctrl_at.is_none()
+        {
             self.ctrl_queue.push_back(Ctrl::Close);
             return self.emit_ctrl(now, buf);
         }

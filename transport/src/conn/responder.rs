@@ -290,20 +290,33 @@ impl Connection {
                 return Verdict::Accept; // this chunk arrived before under another PSN
             }
         }
-        // A receive is needed for SEND and WRITE with immediate.
-        let recv_index = |s: &Stream, rsn: u32| -> Option<usize> {
-            let base = s.rx_base_rsn();
-            let i = rsn.wrapping_sub(base) as usize;
-            (i < s.posted.len()).then_some(i)
+        // A receive is needed for SEND and WRITE with immediate. An `rsn` before the oldest
+        // posted receive names one already consumed, which no resend can make right: refused
+        // as invalid rather than RNR, which would be retried forever (transport.md STREAM-5).
+        let recv_index = |s: &Stream, rsn: u32| -> Result<usize, NackReason> {
+            let d = rsn.wrapping_sub(s.rx_base_rsn()) as i32;
+            if d < 0 {
+                return Err(NackReason::InvalidRequest);
+            }
+            let i = d as usize;
+            if i < s.posted.len() {
+                Ok(i)
+            } else {
+                Err(NackReason::ReceiverNotReady)
+            }
         };
         // An ORDERED chunk of a message that is not the stream's oldest incomplete one waits
         // (§7.2): its payload is held until then.
         let mut held = None;
         match kind {
             RxKind::Send { .. } => {
-                let Some(i) = recv_index(s, rsn) else {
-                    self.counters.rnr_waits += 1;
-                    return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
+                let i = match recv_index(s, rsn) {
+                    Ok(i) => i,
+                    Err(NackReason::ReceiverNotReady) => {
+                        self.counters.rnr_waits += 1;
+                        return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
+                    }
+                    Err(r) => return Verdict::Refuse(r, 0),
                 };
                 let recv = &s.posted[i];
                 // A valid SEND that its receive cannot hold fails that receive and puts the
@@ -333,9 +346,15 @@ impl Connection {
                 }
             }
             RxKind::Write | RxKind::WriteImm { .. } => {
-                if matches!(kind, RxKind::WriteImm { .. }) && recv_index(s, rsn).is_none() {
-                    self.counters.rnr_waits += 1;
-                    return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
+                if matches!(kind, RxKind::WriteImm { .. }) {
+                    match recv_index(s, rsn) {
+                        Ok(_) => {}
+                        Err(NackReason::ReceiverNotReady) => {
+                            self.counters.rnr_waits += 1;
+                            return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
+                        }
+                        Err(r) => return Verdict::Refuse(r, 0),
+                    }
                 }
                 // A zero-length WRITE touches no memory, so no key is checked (IBTA).
                 if m.length > 0 {

@@ -220,3 +220,134 @@ pub fn run_until(
     }
     panic!("only {} of {n} completions", done.len());
 }
+
+/// Emit a packet from A's side to B's connection (or to `dst`).
+pub fn crafted(dst: u32, path: u8, fl: u8, body: Body<'_>) -> Vec<u8> {
+    let pkt = Packet {
+        flags: fl,
+        path,
+        dst_conn: dst,
+        body,
+    };
+    let mut buf = vec![0; 4096];
+    let n = pkt.emit(&mut buf).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// A data packet with an explicit PSN and timestamp.
+pub fn data_at(
+    dst: u32,
+    psn: u32,
+    tsval: u32,
+    fl: u8,
+    msg: MsgHeader,
+    op: DataOp,
+    payload: &[u8],
+) -> Vec<u8> {
+    crafted(
+        dst,
+        0,
+        fl,
+        Body::Data(DataRepr {
+            seq: SeqHeader {
+                psn,
+                floor: 0,
+                tsval,
+            },
+            msg,
+            op,
+            payload,
+        }),
+    )
+}
+
+/// Hand `d` to B from A's address; return what B sends at once, parsed into owned bodies.
+pub fn to_b_all(p: &mut Pair, d: &[u8]) -> Vec<Vec<u8>> {
+    p.b.handle_datagram(p.now, A, 40_000, false, d, &mut p.mb);
+    let mut out = Vec::new();
+    while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+        out.push(p.buf[..t.len].to_vec());
+    }
+    out
+}
+
+pub fn post_recv(p: &mut Pair, wr_id: u64, lkey: u32, addr: u64) {
+    p.b.post_recv(
+        ConnId(p.to_b),
+        1,
+        RecvWr {
+            wr_id,
+            sgl: sge(lkey, addr, 256),
+        },
+    )
+    .unwrap();
+}
+
+pub fn nack_reasons(out: &[Vec<u8>]) -> Vec<NackReason> {
+    out.iter()
+        .filter_map(|d| match Packet::parse(d) {
+            Ok(Packet {
+                body: Body::Nack(n),
+                ..
+            }) => Some(n.reason),
+            _ => None,
+        })
+        .collect()
+}
+
+/// (cum_psn, ts_echo) of every ACK in `out`.
+pub fn acks(out: &[Vec<u8>]) -> Vec<(u32, u32)> {
+    out.iter()
+        .filter_map(|d| match Packet::parse(d) {
+            Ok(Packet {
+                body: Body::Ack(a), ..
+            }) => Some((a.cum_psn, a.ts_echo)),
+            Ok(Packet {
+                body: Body::AckMulti(m),
+                ..
+            }) => m.blocks().next().map(|b| (b.cum_psn, b.ts_echo)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What A sends now (timers fired): its data packets are held back (their PSNs and the
+/// datagrams returned), everything else (hint requests, probes) goes to B and B's answers
+/// come back, so A gets to send its data.
+pub fn a_sends(p: &mut Pair) -> (Vec<u32>, Vec<Vec<u8>>) {
+    let mut psns = Vec::new();
+    let mut out = Vec::new();
+    for _ in 0..40 {
+        for e in [&mut p.a, &mut p.b] {
+            if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                e.handle_timeout(p.now);
+            }
+        }
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let d = p.buf[..t.len].to_vec();
+            match Packet::parse(&d) {
+                Ok(Packet {
+                    body: Body::Data(x),
+                    ..
+                }) => {
+                    psns.push(x.seq.psn);
+                    out.push(d);
+                }
+                _ => p.b.handle_datagram(p.now, A, 40_000, false, &d, &mut p.mb),
+            }
+        }
+        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+            let d = p.buf[..t.len].to_vec();
+            p.a.handle_datagram(p.now, B, 40_000, false, &d, &mut p.ma);
+        }
+        p.now += 500;
+    }
+    (psns, out)
+}
+
+/// A's data packets (PSN, datagram), held back (`a_sends`).
+pub fn held_data(p: &mut Pair) -> Vec<(u32, Vec<u8>)> {
+    let (psns, pkts) = a_sends(p);
+    psns.into_iter().zip(pkts).collect()
+}
