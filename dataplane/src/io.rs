@@ -64,13 +64,15 @@ pub struct DpdkIo {
     port: Port,
     /// net_memif: when to check the link next (ns of engine time), and restarts so far.
     /// A memif client whose server was not listening yet when it started stays down (the
-    /// PMD connects only in `dev_start`), so a down memif port is restarted every
-    /// [`MEMIF_RETRY_NS`] until its link comes up.
+    /// PMD connects only in `dev_start`), so a down memif port is restarted until its link
+    /// comes up, first after [`MEMIF_RETRY_NS`].
     memif_check_at: Option<u64>,
     memif_restarts: u64,
+    /// Restarts in a row that found the link still down.
+    memif_backoff: u32,
 }
 
-/// How often a down net_memif port is restarted to connect again.
+/// How soon a down net_memif port is restarted to connect again (then 200, 400, 800 ms).
 const MEMIF_RETRY_NS: u64 = 100_000_000;
 
 impl DpdkIo {
@@ -80,6 +82,7 @@ impl DpdkIo {
             port,
             memif_check_at: memif.then_some(0),
             memif_restarts: 0,
+            memif_backoff: 0,
         }
     }
 
@@ -90,11 +93,21 @@ impl DpdkIo {
         if now < at {
             return;
         }
-        self.memif_check_at = Some(now + MEMIF_RETRY_NS);
         // The first check only notes the time: the connection made at start needs a moment.
-        if at != 0 && !self.port.link().up && self.port.restart().is_ok() {
+        // Each restart of a port still down waits twice as long as the one before, up to a
+        // second (DPDK logs every failed connect).
+        let down = at != 0 && !self.port.link().up;
+        if down {
+            let _ = self.port.restart();
             self.memif_restarts += 1;
+        } else {
+            self.memif_backoff = 0;
         }
+        let wait = MEMIF_RETRY_NS << self.memif_backoff.min(3);
+        if down {
+            self.memif_backoff += 1;
+        }
+        self.memif_check_at = Some(now + wait);
     }
 
     pub fn pool(&self) -> &Mempool {
