@@ -421,9 +421,12 @@ impl Connection {
         // the receiver's ACK count), and when it fills the window, or a small window idles
         // for that long every round; the latter once until an ACK comes back, or a sender
         // held at its window would ask on every packet and get one ACK per packet.
-        let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
-        let fills = (inflight + 2 * mtu as u64) as f64 > self.conn_window();
-        if forced.is_some() || (last && !backlog) || (fills && !self.ack_req_out) {
+        // (The in-flight sum reads every path: only when it can matter, once per ACK.)
+        let fills = || {
+            let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
+            (inflight + 2 * mtu as u64) as f64 > self.conn_window()
+        };
+        if forced.is_some() || (last && !backlog) || (!self.ack_req_out && fills()) {
             fl |= flags::ACK_REQ;
             self.ack_req_out = true;
         }
