@@ -98,6 +98,13 @@ impl EngineHandle {
         ok
     }
 
+    /// Send a command without waking a sleeping engine: for a caller that takes a turn of
+    /// the engine itself right after (`SharedEngine::drive`), which either runs the command
+    /// or finds the engine's thread polling (it checks for commands before it sleeps).
+    pub fn command_quiet(&self, c: Command) -> bool {
+        self.cmd.send(c).is_ok()
+    }
+
     /// Open a connection; waits for the engine to create it.
     pub fn connect(&self, peer: Ipv4Addr) -> Option<ConnId> {
         let (tx, rx) = bounded(1);

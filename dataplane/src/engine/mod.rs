@@ -18,6 +18,15 @@
 mod arp;
 mod handle;
 mod mem;
+mod shared;
+pub use shared::SharedEngine;
+
+/// What an idle engine loop does next (see [`Engine::idle_plan`]).
+pub(crate) enum Idle {
+    Spin,
+    Yield,
+    Sleep(u64),
+}
 
 pub use handle::{Command, EngineHandle, Output, OutputSink, TransportCall, TransportFn};
 use mem::LockedMem;
@@ -364,8 +373,24 @@ impl Engine {
 
     /// Sleep a little after many empty polls (shared cores), never past the next timer.
     pub fn idle(&mut self, idle: &mut u32) {
-        if self.p.idle_polls_before_sleep == 0 || *idle < self.p.idle_polls_before_sleep {
-            return;
+        match self.idle_plan(*idle, false) {
+            Idle::Spin => {}
+            Idle::Yield => std::thread::yield_now(),
+            Idle::Sleep(us) => {
+                // Until the next timer, a packet's chance to arrive (the PMD is polled), or
+                // a command from the application, which wakes the engine at once.
+                let cmds = &self.cmd_rx;
+                self.waker.sleep(us, || !cmds.is_empty());
+            }
+        }
+    }
+
+    /// What to do after `idle` empty polls in a row: keep polling, yield, or sleep up to
+    /// the next timer (at most `idle_sleep_us`). `soon`: sleep now, whatever the count.
+    pub(crate) fn idle_plan(&mut self, idle: u32, soon: bool) -> Idle {
+        let n = self.p.idle_polls_before_sleep;
+        if n == 0 || (idle < n && !soon) {
+            return Idle::Spin;
         }
         let now = self.clock.now();
         let mut us = self.p.idle_sleep_us;
@@ -374,12 +399,9 @@ impl Engine {
         }
         if us > 0 {
             self.counters.idle_sleeps += 1;
-            // Until the next timer, a packet's chance to arrive (the PMD is polled), or a
-            // command from the application, which wakes the engine at once.
-            let cmds = &self.cmd_rx;
-            self.waker.sleep(us, || !cmds.is_empty());
+            Idle::Sleep(us)
         } else {
-            std::thread::yield_now();
+            Idle::Yield
         }
     }
 
