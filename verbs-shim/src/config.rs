@@ -10,7 +10,9 @@
 //! | `FERROCE_ROCE_TIMEOUT` | RoCEv2 device: local ACK timeout exponent (4.096 µs × 2^t), default 14 |
 //! | `FERROCE_ROCE_RETRY` | RoCEv2 device: `forever` (default, rxe's reading of retry_cnt 7) or `ibta` (7 retries, as a NIC: a dead peer ends in IBV_WC_RETRY_EXC_ERR) |
 //! | `FERROCE_DP__A__B=v` | any other field `a.b` of the dataplane configuration |
-//! | `FERROCE_VERBS_DEBUG=1` | log the shim's decisions to stderr |
+//! | `FERROCE_VERBS_DEBUG=1` | log the shim's decisions to stderr, and the engines' counters every 2 s |
+//! | `FERROCE_APP_PROGRESS=0` | posts and empty `ibv_poll_cq` calls no longer run engine turns on the application's thread (default on; `dataplane/src/engine/shared.rs`) |
+//! | `FERROCE_POLL_SLEEP_US`, `FERROCE_POLL_SLEEP_EVERY` | an empty `ibv_poll_cq` whose engine is busy on its own thread sleeps this long (default 20 µs) every this many calls (default 2) |
 //!
 //! Only `FERROCE_IP` is needed to list and query devices; creating a device's first queue pair
 //! starts that device's engine and needs the rest. With both devices in use, the second engine

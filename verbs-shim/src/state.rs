@@ -71,8 +71,52 @@ impl ChannelState {
 }
 
 /// A CQ's shared part (the engine pushes, the application polls).
+/// A device context's asynchronous events (`ibv_get_async_event`): what happened and to
+/// which object (the application's pointer), signalled on the context's `async_fd` eventfd.
+pub struct AsyncEvents {
+    q: Mutex<VecDeque<(sys::ibv_event_type, usize)>>,
+    fd: i32,
+}
+
+impl AsyncEvents {
+    pub fn new(fd: i32) -> Self {
+        AsyncEvents {
+            q: Mutex::new(VecDeque::new()),
+            fd,
+        }
+    }
+
+    /// Queue an event about the object at `element` (an `ibv_cq *` or `ibv_qp *`).
+    pub fn raise(&self, kind: sys::ibv_event_type, element: usize) {
+        lock(&self.q).push_back((kind, element));
+        self.signal();
+    }
+
+    /// The oldest event; the fd stays readable while more are queued.
+    pub fn pop(&self) -> Option<(sys::ibv_event_type, usize)> {
+        let mut q = lock(&self.q);
+        let e = q.pop_front();
+        if e.is_some() && !q.is_empty() {
+            self.signal();
+        }
+        e
+    }
+
+    fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd (it stays open while the
+        // context, which holds this, lives).
+        unsafe { libc::write(self.fd, &one as *const u64 as *const libc::c_void, 8) };
+    }
+}
+
 pub struct CqState {
     pub q: Mutex<VecDeque<sys::ibv_wc>>,
+    /// Completions it holds at most (`cqe`); one more overruns it (IBV_EVENT_CQ_ERR).
+    pub cap: AtomicUsize,
+    pub overrun: AtomicBool,
+    /// Its context's asynchronous events (none for the shim's internal CQs).
+    pub events: Option<Arc<AsyncEvents>>,
     pub n: AtomicUsize,
     pub armed: AtomicBool,
     pub channel: Option<Arc<ChannelState>>,
@@ -90,12 +134,24 @@ unsafe impl Send for CqState {}
 unsafe impl Sync for CqState {}
 
 impl CqState {
-    pub fn push(&self, wc: sys::ibv_wc) {
+    /// Queue a completion; false if the CQ was full (the completion is lost, the CQ is in
+    /// error: IBV_EVENT_CQ_ERR once, as a NIC reports a CQ overrun).
+    pub fn push(&self, wc: sys::ibv_wc) -> bool {
         if self.dead.load(Ordering::Relaxed) {
-            return;
+            return true;
         }
         {
             let mut q = lock(&self.q);
+            if q.len() >= self.cap.load(Ordering::Relaxed) {
+                drop(q);
+                if !self.overrun.swap(true, Ordering::AcqRel) {
+                    dbg_log!("CQ {:#x} overrun", self.cq_ptr.load(Ordering::Relaxed));
+                    if let Some(ev) = &self.events {
+                        ev.raise(sys::IBV_EVENT_CQ_ERR, self.cq_ptr.load(Ordering::Relaxed));
+                    }
+                }
+                return false;
+            }
             q.push_back(wc);
             self.n.fetch_add(1, Ordering::Release);
         }
@@ -105,6 +161,7 @@ impl CqState {
                 ch.signal(self.cq_ptr.load(Ordering::Relaxed));
             }
         }
+        true
     }
 }
 
@@ -202,6 +259,8 @@ pub struct Conns {
 /// A running engine.
 pub struct EngineCtl {
     pub h: EngineHandle,
+    /// The engine itself, for turns the application's calls take (`drive`).
+    pub shared: Arc<ferroce_dataplane::engine::SharedEngine>,
     pub mode: Mode,
     pub ip: Ipv4Addr,
     /// Native: the connections' MTU. RoCEv2: the largest path MTU the port can carry.
@@ -284,6 +343,40 @@ pub fn running(mode: Mode) -> Option<&'static EngineCtl> {
     global().engine[mode.index()]
         .get()
         .and_then(|r| r.as_ref().ok())
+}
+
+/// Whether application calls take engine turns (`FERROCE_APP_PROGRESS`, default on).
+pub fn app_progress() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FERROCE_APP_PROGRESS").map_or(true, |v| v != "0"))
+}
+
+/// After a post whose commands went in without waking the engine: one turn on this thread,
+/// so the work leaves now; if the engine's thread is polling instead, it takes the commands
+/// before it next sleeps (it checks for them after announcing the sleep).
+pub fn drive_after_post() {
+    if app_progress() {
+        let _ = drive_engines();
+    }
+}
+
+/// Give every running engine one turn on the application's thread, if nobody is running it
+/// now (`ibv_poll_cq` finding nothing, a post): `Some(work done)` if any turn was taken,
+/// `None` if every engine was busy on its own thread (or `FERROCE_APP_PROGRESS=0` leaves all
+/// the work to the engines' threads).
+pub fn drive_engines() -> Option<bool> {
+    if !app_progress() {
+        return None;
+    }
+    let mut r = None;
+    for m in [Mode::Native, Mode::Roce] {
+        if let Some(e) = running(m) {
+            if let Some(w) = e.shared.drive() {
+                r = Some(r.unwrap_or(false) | w);
+            }
+        }
+    }
+    r
 }
 
 /// Some running engine, for what both share (the host's address); work goes to
@@ -371,18 +464,21 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
         eng.io_name(),
         ferroce_dataplane::net::fmt_mac(eng.mac())
     );
+    // The application's own verbs calls run the engine too when it is free (shared.rs).
+    let shared = ferroce_dataplane::engine::SharedEngine::new(eng);
+    let runner = shared.clone();
     let job: Box<dyn FnOnce() + Send> = match crate::engines::lcore(eal) {
         Some(l) => {
             let j = eal
                 .launch(l, move || {
-                    eng.run();
+                    runner.run();
                 })
                 .map_err(|e| format!("ferroce verbs: lcore {l}: {e}"))?;
             Box::new(move || j.join())
         }
         None => {
             let t = std::thread::spawn(move || {
-                eng.run();
+                runner.run();
             });
             Box::new(move || {
                 let _ = t.join();
@@ -403,6 +499,7 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     }
     Ok(EngineCtl {
         h,
+        shared,
         mode,
         ip,
         mtu,
@@ -527,7 +624,17 @@ fn complete(c: Completion, t: &mut dyn Transport) {
     } else {
         &meta.qp.send_cq
     };
-    cq.push(wc);
+    if !cq.push(wc) {
+        // Its completion is lost: the QP cannot go on (as a NIC moves it to error), and its
+        // application hears so (IBV_EVENT_QP_FATAL), besides the CQ's own event.
+        set_qp_error(&meta.qp);
+        if let Some(ev) = &cq.events {
+            let qp = meta.qp.qp_ptr.load(Ordering::Relaxed);
+            if qp != 0 {
+                ev.raise(sys::IBV_EVENT_QP_FATAL, qp);
+            }
+        }
+    }
 }
 
 /// A work request the engine refused at post time: an error completion.

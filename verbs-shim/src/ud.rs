@@ -100,6 +100,9 @@ pub fn unregister_qp(qp: &Arc<QpShared>) {
 fn dead_cq() -> Arc<state::CqState> {
     Arc::new(state::CqState {
         q: Mutex::new(Default::default()),
+        cap: AtomicUsize::new(usize::MAX),
+        overrun: AtomicBool::new(false),
+        events: None,
         n: AtomicUsize::new(0),
         armed: AtomicBool::new(false),
         channel: None,

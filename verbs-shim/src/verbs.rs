@@ -159,6 +159,8 @@ pub unsafe extern "C" fn ibv_get_device_index(d: *mut ibv_device) -> c_int {
 pub struct Ctx {
     pub vctx: verbs_context,
     pub dev: &'static Dev,
+    /// Its asynchronous events (CQ overruns, QPs that cannot go on).
+    pub events: Arc<state::AsyncEvents>,
 }
 
 /// # Safety
@@ -184,9 +186,11 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context
     };
     // SAFETY: an all-zero verbs_context is valid (pointers NULL, options None, and glibc's
     // PTHREAD_MUTEX_INITIALIZER is all zeros).
+    let async_fd = eventfd(0);
     let mut ctx = Box::new(Ctx {
         vctx: unsafe { std::mem::zeroed() },
         dev,
+        events: Arc::new(state::AsyncEvents::new(async_fd)),
     });
     let v = &mut ctx.vctx;
     v.sz = size_of::<verbs_context>();
@@ -197,7 +201,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context
     let c = &mut v.context;
     c.device = d;
     c.cmd_fd = eventfd(0);
-    c.async_fd = eventfd(0);
+    c.async_fd = async_fd;
     c.num_comp_vectors = 1;
     // "Extended" context: verbs.h's inline calls go through verbs_context.
     c.abi_compat = usize::MAX as *mut c_void;
@@ -764,7 +768,10 @@ pub unsafe extern "C" fn ibv_create_cq(
     vector: c_int,
 ) -> *mut ibv_cq {
     // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
-    if unsafe { ctx_of(c) }.is_none() || !(1..=MAX_CQE).contains(&cqe) {
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return fail(libc::EINVAL, "ibv_create_cq: no context");
+    };
+    if !(1..=MAX_CQE).contains(&cqe) {
         return fail(libc::EINVAL, "ibv_create_cq: cqe outside 1..=max_cqe");
     }
     // SAFETY: as above (a live context of ours).
@@ -785,6 +792,9 @@ pub unsafe extern "C" fn ibv_create_cq(
     };
     let st = Arc::new(CqState {
         q: Mutex::new(Default::default()),
+        cap: AtomicUsize::new(cqe as usize),
+        overrun: AtomicBool::new(false),
+        events: Some(ctx.events.clone()),
         n: AtomicUsize::new(0),
         armed: AtomicBool::new(false),
         channel: ch,
@@ -848,6 +858,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         );
         return libc::EINVAL;
     }
+    c.st.cap.store(cqe as usize, Ordering::Relaxed);
     // SAFETY: a live CQ; the application reads cqe after the call returns.
     unsafe { (*cq).cqe = cqe };
     drop(q);
@@ -903,10 +914,21 @@ unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) ->
         return 0;
     }
     if c.st.n.load(Ordering::Acquire) == 0 {
-        // Applications spin on an empty CQ; on a machine with fewer cores than busy threads
-        // the engine's lcore must get the CPU to make progress.
-        idle_backoff(&c.st);
-        return 0;
+        // Nothing yet: the application's thread runs the engine a turn itself (when its own
+        // thread is not running it), so progress needs no other thread to win the CPU.
+        let turn = state::drive_engines();
+        if c.st.n.load(Ordering::Acquire) == 0 {
+            match turn {
+                // It moved something: the answer may be a moment away, ask again at once.
+                Some(true) => {}
+                // Nothing to do: let another thread have the core a moment.
+                Some(false) => std::thread::yield_now(),
+                // Applications spin on an empty CQ; on a machine with fewer cores than busy
+                // threads the engine's lcore must get the CPU to make progress.
+                None => idle_backoff(&c.st),
+            }
+            return 0;
+        }
     }
     let mut q = lock(&c.st.q);
     let mut k = 0;
@@ -1491,6 +1513,12 @@ pub(crate) fn sg_list(sge: *const ibv_sge, n: c_int) -> Option<SgList> {
 
 /// Hand work to the engine, or keep it until the QP's stream exists.
 pub(crate) fn submit(q: &Arc<QpShared>, p: Pending) {
+    submit_as(q, p, false)
+}
+
+/// As [`submit`]; `quiet`: without waking the engine, for a post that takes an engine turn
+/// itself before it returns ([`state::drive_after_post`]).
+fn submit_as(q: &Arc<QpShared>, p: Pending, quiet: bool) {
     let mut inner = lock(&q.inner);
     match inner.conn {
         Some(conn) => {
@@ -1510,7 +1538,11 @@ pub(crate) fn submit(q: &Arc<QpShared>, p: Pending) {
                     wr,
                 },
             };
-            e.h.command(cmd);
+            if quiet {
+                e.h.command_quiet(cmd);
+            } else {
+                e.h.command(cmd);
+            }
         }
         None => inner.pending.push(p),
     }
@@ -1655,9 +1687,10 @@ unsafe extern "C" fn op_post_send(
             solicited: flags & IBV_SEND_SOLICITED != 0,
             fence: flags & IBV_SEND_FENCE != 0,
         };
-        submit(st, Pending::Send(swr));
+        submit_as(st, Pending::Send(swr), state::app_progress());
         wr = w.next;
     }
+    state::drive_after_post();
     0
 }
 
@@ -1717,7 +1750,11 @@ unsafe extern "C" fn op_post_recv(
                     return e;
                 }
             }
-            None => submit(st, Pending::Recv(RecvWr { wr_id: id, sgl })),
+            None => submit_as(
+                st,
+                Pending::Recv(RecvWr { wr_id: id, sgl }),
+                state::app_progress(),
+            ),
         }
         wr = w.next;
     }
@@ -1968,24 +2005,45 @@ pub unsafe extern "C" fn ibv_detach_mcast(
 #[export_name = "ferroce_v_ibv_get_async_event"]
 pub unsafe extern "C" fn ibv_get_async_event(
     c: *mut ibv_context,
-    _ev: *mut ibv_async_event,
+    ev: *mut ibv_async_event,
 ) -> c_int {
     // SAFETY: `c` is a context this library returned from ibv_open_device (the verbs contract); ctx_of checks null.
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return -1;
     };
-    // No asynchronous events are generated: block (or EAGAIN on a non-blocking fd) as
-    // verbs does while none is pending.
-    let mut v: u64 = 0;
-    // SAFETY: reads into a live u64 from our eventfd.
-    unsafe {
-        libc::read(
-            ctx.vctx.context.async_fd,
-            &mut v as *mut u64 as *mut c_void,
-            8,
-        )
-    };
-    -1
+    if ev.is_null() {
+        return -1;
+    }
+    loop {
+        if let Some((kind, element)) = ctx.events.pop() {
+            let mut e = ibv_async_event {
+                event_type: kind,
+                ..Default::default()
+            };
+            // The union member the event type names (CQ or QP events only are raised).
+            if kind == IBV_EVENT_CQ_ERR {
+                e.element.cq = element as *mut ibv_cq;
+            } else {
+                e.element.qp = element as *mut ibv_qp;
+            }
+            // SAFETY: the caller's out-parameter, checked non-null.
+            unsafe { ev.write(e) };
+            return 0;
+        }
+        // None pending: block (or EAGAIN on a non-blocking fd) until one is signalled.
+        let mut v: u64 = 0;
+        // SAFETY: reads into a live u64 from our eventfd.
+        let n = unsafe {
+            libc::read(
+                ctx.vctx.context.async_fd,
+                &mut v as *mut u64 as *mut c_void,
+                8,
+            )
+        };
+        if n != 8 {
+            return -1;
+        }
+    }
 }
 
 #[export_name = "ferroce_v_ibv_ack_async_event"]

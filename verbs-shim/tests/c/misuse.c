@@ -367,6 +367,39 @@ int main(int argc, char **argv)
 		free_pair(&p);
 	}
 
+	/* --- CQ overrun: IBV_EVENT_CQ_ERR on the context's async fd, the QP in error --- */
+	{
+		struct pair p;
+		p.cq_a = ibv_create_cq(ctx, 2, NULL, NULL, 0);
+		p.cq_b = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		p.a = rc_qp(pd, p.cq_a, 32);
+		p.b = rc_qp(pd, p.cq_b, 32);
+		check(p.cq_a && p.cq_b && p.a && p.b && !to_init(p.a) && !to_init(p.b) &&
+			      !connect_to(ctx, p.b, p.a) && !connect_to(ctx, p.a, p.b),
+		      "pair whose send CQ holds 2 completions");
+		int ok = 1;
+		for (int i = 0; i < 4; i++)
+			ok = ok && !post_recv(p.b, 500 + i, buf2, 64, mr2->lkey);
+		for (int i = 0; i < 4; i++)
+			ok = ok && !post_send(p.a, IBV_WR_SEND, 600 + i, buf, 16, mr->lkey, 0, 0);
+		check(ok, "4 signalled SENDs posted, nothing polled");
+		struct pollfd pf = { .fd = ctx->async_fd, .events = POLLIN };
+		int ready = poll(&pf, 1, 10000) == 1;
+		struct ibv_async_event ev;
+		int got = ready && !ibv_get_async_event(ctx, &ev);
+		check(got && ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == p.cq_a,
+		      "IBV_EVENT_CQ_ERR for the overrun CQ");
+		if (got)
+			ibv_ack_async_event(&ev);
+		got = poll(&pf, 1, 5000) == 1 && !ibv_get_async_event(ctx, &ev);
+		check(got && ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == p.a,
+		      "then IBV_EVENT_QP_FATAL for the QP whose completion was lost");
+		if (got)
+			ibv_ack_async_event(&ev);
+		check(p.a->state == IBV_QPS_ERR, "that QP is in the error state");
+		free_pair(&p);
+	}
+
 	/* --- QPs destroyed with work outstanding --- */
 	{
 		struct pair p;
