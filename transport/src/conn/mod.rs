@@ -18,6 +18,7 @@ use std::net::Ipv4Addr;
 mod ack;
 mod cold_start;
 mod control;
+mod msn_ring;
 mod recovery;
 mod requester;
 mod responder;
@@ -138,7 +139,7 @@ struct Stream {
     /// is in Error from that message on (spec/transport.md §7.1).
     rx_err: Option<RxErr>,
     rx_base_msn: u32,
-    rx_msgs: HashMap<u32, RxMsg>,
+    rx_msgs: msn_ring::MsnRing<RxMsg>,
     posted: VecDeque<RecvWr>,
     /// Receives consumed so far: the RSN of `posted[0]`.
     consumed_rsn: u32,

@@ -29,7 +29,7 @@ impl Connection {
                 cursor_chunk: 0,
                 rx_err: None,
                 rx_base_msn: 0,
-                rx_msgs: HashMap::default(),
+                rx_msgs: Default::default(),
                 posted: VecDeque::new(),
                 consumed_rsn: 0,
                 responses: HashMap::default(),
