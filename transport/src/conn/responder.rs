@@ -450,6 +450,7 @@ impl Connection {
                         op: CompletionOp::Recv,
                         byte_len: 0,
                         imm: None,
+                        ud_src: None,
                     });
                 }
                 failed = true;
@@ -496,6 +497,7 @@ impl Connection {
                         op,
                         byte_len: msg.length,
                         imm,
+                        ud_src: None,
                     });
                 }
             }

@@ -35,6 +35,8 @@ pub const IMM_LEN: usize = 4;
 pub const IETH_LEN: usize = 4;
 /// Reserved bytes after the BTH of a RoCEv2 congestion notification packet (Annex A17).
 pub const CNP_RESERVED_LEN: usize = 16;
+/// Datagram extended transport header: Q_Key, reserved byte, source QP (UD).
+pub const DETH_LEN: usize = 8;
 /// Invariant CRC trailer.
 pub const ICRC_LEN: usize = 4;
 /// Length of the IPv4 header ferroce sends (no options).
@@ -54,6 +56,12 @@ pub const CREDITS_INVALID: u8 = 0x1f;
 /// Transport prefix of the unreliable connected (UC) opcodes (IBTA vol. 1 §9.2: bits 7..5 of
 /// the opcode byte, 001).
 pub const UC_PREFIX: u8 = 0x20;
+/// Transport prefix of the unreliable datagram (UD) opcodes (bits 7..5 011): of them only
+/// SEND_ONLY (0x64) and SEND_ONLY with immediate (0x65) exist.
+pub const UD_PREFIX: u8 = 0x60;
+/// A Q_Key with this bit set is "controlled": a UD send whose work request names one uses
+/// the sending QP's own Q_Key instead (IBTA vol. 1 §10.2.4; rxe and rdma-core do the same).
+pub const QKEY_CONTROLLED: u32 = 0x8000_0000;
 
 /// BTH opcodes of the reliable connected (RC) transport (IBTA vol. 1 §9.2 opcode table, prefix 000)
 /// plus the RoCEv2 congestion notification packet (Annex A17).
@@ -83,20 +91,25 @@ pub enum Opcode {
     FetchAdd = 0x14,
     SendLastInv = 0x16,
     SendOnlyInv = 0x17,
+    /// UD SEND_ONLY (prefix 011): BTH, DETH, payload.
+    UdSendOnly = 0x64,
+    /// UD SEND_ONLY with immediate: BTH, DETH, ImmDt, payload.
+    UdSendOnlyImm = 0x65,
     /// RoCEv2 CNP (DCQCN congestion notification).
     Cnp = 0x81,
 }
 
 /// Which extended headers an opcode carries, and whether a payload may follow.
 mod layout {
-    pub const RETH: u8 = 1 << 0;
-    pub const AETH: u8 = 1 << 1;
-    pub const ATOMIC: u8 = 1 << 2;
-    pub const ATOMIC_ACK: u8 = 1 << 3;
-    pub const IMM: u8 = 1 << 4;
-    pub const IETH: u8 = 1 << 5;
-    pub const PAYLOAD: u8 = 1 << 6;
-    pub const CNP: u8 = 1 << 7;
+    pub const RETH: u16 = 1 << 0;
+    pub const AETH: u16 = 1 << 1;
+    pub const ATOMIC: u16 = 1 << 2;
+    pub const ATOMIC_ACK: u16 = 1 << 3;
+    pub const IMM: u16 = 1 << 4;
+    pub const IETH: u16 = 1 << 5;
+    pub const PAYLOAD: u16 = 1 << 6;
+    pub const CNP: u16 = 1 << 7;
+    pub const DETH: u16 = 1 << 8;
 }
 
 /// Where a packet sits in its message.
@@ -166,7 +179,8 @@ impl Opcode {
         }
     }
 
-    /// The RC opcode of byte `v` (transport prefix 000, and the CNP).
+    /// The RC opcode of byte `v` (transport prefix 000), the two UD SEND opcodes (prefix
+    /// 011) and the CNP.
     pub fn from_u8(v: u8) -> Option<Opcode> {
         use Opcode::*;
         Some(match v {
@@ -193,12 +207,14 @@ impl Opcode {
             0x14 => FetchAdd,
             0x16 => SendLastInv,
             0x17 => SendOnlyInv,
+            0x64 => UdSendOnly,
+            0x65 => UdSendOnlyImm,
             0x81 => Cnp,
             _ => return None,
         })
     }
 
-    fn layout(self) -> u8 {
+    fn layout(self) -> u16 {
         use layout::*;
         use Opcode::*;
         match self {
@@ -215,8 +231,18 @@ impl Opcode {
             Acknowledge => AETH,
             AtomicAcknowledge => AETH | ATOMIC_ACK,
             CompareSwap | FetchAdd => ATOMIC,
+            UdSendOnly => DETH | PAYLOAD,
+            UdSendOnlyImm => DETH | IMM | PAYLOAD,
             Cnp => CNP,
         }
+    }
+
+    /// A UD opcode (transport prefix 011).
+    pub fn is_ud(self) -> bool {
+        matches!(self, Opcode::UdSendOnly | Opcode::UdSendOnlyImm)
+    }
+    pub fn has_deth(self) -> bool {
+        self.layout() & layout::DETH != 0
     }
 
     pub fn has_reth(self) -> bool {
@@ -246,6 +272,9 @@ impl Opcode {
     pub fn ext_len(self) -> usize {
         let l = self.layout();
         let mut n = 0;
+        if l & layout::DETH != 0 {
+            n += DETH_LEN;
+        }
         if l & layout::RETH != 0 {
             n += RETH_LEN;
         }
@@ -274,7 +303,7 @@ impl Opcode {
         use Opcode::*;
         match self {
             SendFirst | SendMiddle | SendLast | SendLastImm | SendOnly | SendOnlyImm
-            | SendLastInv | SendOnlyInv => OpKind::Send,
+            | SendLastInv | SendOnlyInv | UdSendOnly | UdSendOnlyImm => OpKind::Send,
             WriteFirst | WriteMiddle | WriteLast | WriteLastImm | WriteOnly | WriteOnlyImm => {
                 OpKind::Write
             }
@@ -373,6 +402,8 @@ impl Opcode {
             FetchAdd => "FETCH_ADD",
             SendLastInv => "SEND_LAST_INVALIDATE",
             SendOnlyInv => "SEND_ONLY_INVALIDATE",
+            UdSendOnly => "UD_SEND_ONLY",
+            UdSendOnlyImm => "UD_SEND_ONLY_IMM",
             Cnp => "CNP",
         }
     }
@@ -389,8 +420,8 @@ impl fmt::Display for Opcode {
 pub enum WireError {
     /// Shorter than the BTH, the opcode's extended headers and the ICRC.
     Truncated,
-    /// An opcode this codec does not know (UD, RD, XRC, CNP-less prefixes and reserved
-    /// opcodes; of UC only SEND and RDMA WRITE are known).
+    /// An opcode this codec does not know (RD, XRC, CNP-less prefixes and reserved
+    /// opcodes; of UC only SEND and RDMA WRITE are known, of UD only the two SENDs).
     UnknownOpcode(u8),
     /// Inconsistent lengths (pad beyond the payload, payload on an opcode without one) or a
     /// representation whose extended headers do not match its opcode.
@@ -546,7 +577,9 @@ impl Bth {
         if b.len() < BTH_LEN {
             return Err(WireError::BufferTooSmall);
         }
-        if self.uc && !matches!(self.opcode.kind(), OpKind::Send | OpKind::Write) {
+        if self.uc
+            && (self.opcode.is_ud() || !matches!(self.opcode.kind(), OpKind::Send | OpKind::Write))
+        {
             return Err(WireError::Malformed("no such UC opcode"));
         }
         b[0] = self.opcode.encode(self.uc);
@@ -589,6 +622,39 @@ impl Reth {
         b[0..8].copy_from_slice(&self.va.to_be_bytes());
         b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
         b[12..16].copy_from_slice(&self.dma_len.to_be_bytes());
+        Ok(())
+    }
+}
+
+/// Datagram extended transport header (IBTA vol. 1 §9.3.2): the Q_Key the receiving UD QP
+/// checks and the sender's QP number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Deth {
+    pub qkey: u32,
+    /// Source QP (24 bits).
+    pub src_qpn: u32,
+    /// The reserved byte between them (sent as 0; kept for exact round trips).
+    pub resv: u8,
+}
+
+impl Deth {
+    pub fn parse(b: &[u8]) -> Result<Deth, WireError> {
+        if b.len() < DETH_LEN {
+            return Err(WireError::Truncated);
+        }
+        Ok(Deth {
+            qkey: be32(&b[0..4]),
+            resv: b[4],
+            src_qpn: be24(&b[5..8]),
+        })
+    }
+    pub fn emit(&self, b: &mut [u8]) -> Result<(), WireError> {
+        if b.len() < DETH_LEN {
+            return Err(WireError::BufferTooSmall);
+        }
+        b[0..4].copy_from_slice(&self.qkey.to_be_bytes());
+        b[4] = self.resv;
+        put24(&mut b[5..8], self.src_qpn);
         Ok(())
     }
 }
@@ -742,6 +808,8 @@ impl AtomicEth {
 /// The extended headers of one packet. Exactly the ones its opcode calls for are `Some`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ExtHeaders {
+    /// DETH (UD).
+    pub deth: Option<Deth>,
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
     pub atomic: Option<AtomicEth>,
@@ -757,13 +825,18 @@ pub struct ExtHeaders {
 
 impl ExtHeaders {
     /// Parse the extended headers of `opcode` from `b` (which starts right after the BTH), in
-    /// the order IBTA vol. 1 §9.2 gives: RETH/AtomicETH, AETH, AtomicAckETH, ImmDt/IETH.
+    /// the order IBTA vol. 1 §9.2 gives: DETH, RETH/AtomicETH, AETH, AtomicAckETH,
+    /// ImmDt/IETH.
     pub fn parse(opcode: Opcode, b: &[u8]) -> Result<ExtHeaders, WireError> {
         if b.len() < opcode.ext_len() {
             return Err(WireError::Truncated);
         }
         let mut e = ExtHeaders::default();
         let mut o = 0;
+        if opcode.has_deth() {
+            e.deth = Some(Deth::parse(&b[o..])?);
+            o += DETH_LEN;
+        }
         if opcode.has_reth() {
             e.reth = Some(Reth::parse(&b[o..])?);
             o += RETH_LEN;
@@ -798,7 +871,8 @@ impl ExtHeaders {
 
     /// Whether exactly the headers `opcode` calls for are present.
     pub fn matches(&self, opcode: Opcode) -> bool {
-        self.reth.is_some() == opcode.has_reth()
+        self.deth.is_some() == opcode.has_deth()
+            && self.reth.is_some() == opcode.has_reth()
             && self.aeth.is_some() == opcode.has_aeth()
             && self.atomic.is_some() == opcode.has_atomic_eth()
             && self.atomic_ack.is_some() == opcode.has_atomic_ack_eth()
@@ -820,6 +894,10 @@ impl ExtHeaders {
             return Err(WireError::BufferTooSmall);
         }
         let mut o = 0;
+        if let Some(d) = self.deth {
+            d.emit(&mut b[o..])?;
+            o += DETH_LEN;
+        }
         if let Some(r) = self.reth {
             r.emit(&mut b[o..])?;
             o += RETH_LEN;
@@ -892,6 +970,10 @@ impl<T: AsRef<[u8]>> PacketView<T> {
     /// The opcode is a UC one.
     pub fn is_uc(&self) -> bool {
         self.b()[0] & 0xe0 == UC_PREFIX
+    }
+    /// The opcode is a UD one.
+    pub fn is_ud(&self) -> bool {
+        self.b()[0] & 0xe0 == UD_PREFIX
     }
     pub fn solicited(&self) -> bool {
         self.b()[1] & 0x80 != 0
@@ -1277,7 +1359,7 @@ mod tests {
             let known = Opcode::decode(v);
             assert_eq!(
                 known.is_some(),
-                (0x20..=0x2b).contains(&v) || v == 0x81,
+                (0x20..=0x2b).contains(&v) || v == 0x64 || v == 0x65 || v == 0x81,
                 "{v:#x}"
             );
             if let Some((op, true)) = known {
@@ -1298,6 +1380,50 @@ mod tests {
     }
 
     #[test]
+    fn ud_send_only_imm_bytes() {
+        // BTH (0x65, solicited, P_Key ffff, dest QP 0x000123, PSN 0x000007), DETH (Q_Key
+        // 0x11111111, source QP 0x000456), ImmDt, 3 payload bytes and one pad byte.
+        let mut bth = Bth::new(Opcode::UdSendOnlyImm, 0x123, 7);
+        bth.solicited = true;
+        bth.pad = pad_for(3);
+        let p = Packet {
+            bth,
+            ext: ExtHeaders {
+                deth: Some(Deth {
+                    qkey: 0x1111_1111,
+                    src_qpn: 0x456,
+                    resv: 0,
+                }),
+                imm: Some(0xdead_beef),
+                ..Default::default()
+            },
+            payload: b"abc",
+        };
+        let mut buf = [0u8; 64];
+        let n = p.emit_without_icrc(&mut buf).unwrap();
+        assert_eq!(
+            &buf[..n],
+            &[
+                0x65, 0x90, 0xff, 0xff, 0, 0, 0x01, 0x23, 0, 0, 0, 7, // BTH
+                0x11, 0x11, 0x11, 0x11, 0, 0, 0x04, 0x56, // DETH
+                0xde, 0xad, 0xbe, 0xef, b'a', b'b', b'c', 0, // ImmDt, payload, pad
+            ]
+        );
+        assert_eq!(Opcode::decode(0x64), Some((Opcode::UdSendOnly, false)));
+        assert_eq!(Opcode::decode(0x66), None);
+        // A UD opcode has no UC form.
+        let mut b = Bth::new(Opcode::UdSendOnly, 1, 1);
+        b.uc = true;
+        assert!(b.emit(&mut [0u8; BTH_LEN]).is_err());
+        // Without its DETH the headers do not match the opcode.
+        let bad = Packet {
+            ext: ExtHeaders::default(),
+            ..p
+        };
+        assert!(bad.emit_without_icrc(&mut buf).is_err());
+    }
+
+    #[test]
     fn emit_parse_every_opcode() {
         for v in 0..=255u8 {
             let Some(op) = Opcode::from_u8(v) else {
@@ -1308,6 +1434,11 @@ mod tests {
             bth.pad = pad_for(payload.len());
             bth.ack_req = true;
             let ext = ExtHeaders {
+                deth: op.has_deth().then_some(Deth {
+                    qkey: 0x1111_1111,
+                    src_qpn: 0x00ab_cdef,
+                    resv: 0,
+                }),
                 reth: op.has_reth().then_some(Reth {
                     va: 0x1122_3344_5566_7788,
                     rkey: 0xdead_beef,
