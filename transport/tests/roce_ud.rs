@@ -1,6 +1,6 @@
 //! IBTA UD over RoCEv2 between two endpoints in memory: delivery with the GRH area, the
 //! immediate, the Q_Key rules (mismatch dropped, controlled Q_Key), drops without a posted
-//! receive (and no ACK ever), the path-MTU limit and the packets' bytes (BTH + DETH).
+//! receive (and no ACK ever), the MTU limit (IBTA C10-93.1.1) and the packets' bytes (BTH + DETH).
 
 use ferroce_transport::mem::{access, Regions};
 use ferroce_transport::roce::wire::{self, Opcode, Packet, PacketView, QKEY_CONTROLLED};
@@ -284,7 +284,7 @@ fn psns_count_per_qp() {
 }
 
 #[test]
-fn messages_are_limited_to_the_path_mtu() {
+fn messages_above_the_mtu_are_sent_as_nothing() {
     let mut a = side(A, QA, QKEY);
     let mtu = a.ep.config().ud_mtu;
     let big = vec![0xab; mtu as usize + 1];
@@ -298,16 +298,19 @@ fn messages_are_limited_to_the_path_mtu() {
         solicited: false,
         fence: false,
     };
-    assert_eq!(
-        a.ep.post_ud_send(QA, to_b(QKEY), wr(mtu as usize + 1)),
-        Err(PostError::InvalidLength)
-    );
+    // IBTA C10-93.1.1 (and rxe): a UD message above the MTU emits no packet and is no error.
+    a.ep.post_ud_send(QA, to_b(QKEY), wr(mtu as usize + 1))
+        .unwrap();
     a.ep.post_ud_send(QA, to_b(QKEY), wr(mtu as usize)).unwrap();
     let pkts = a.drain(A);
-    assert_eq!(
-        Packet::parse(&pkts[0].0).unwrap().payload.len(),
-        mtu as usize
-    );
+    assert_eq!(pkts.len(), 1);
+    let p = Packet::parse(&pkts[0].0).unwrap();
+    assert_eq!(p.payload.len(), mtu as usize);
+    assert_eq!(p.bth.psn, 0x11, "the dropped message took a PSN, as in rxe");
+    let c = a.completions();
+    assert_eq!(c.len(), 2);
+    assert!(c.iter().all(|c| c.status == Status::Success));
+    assert_eq!(a.ep.counters().ud_too_long, 1);
     // WRITE does not exist on UD.
     let w = SendWr {
         op: SendOp::Write {

@@ -211,8 +211,9 @@ impl RoceEndpoint {
         self.ud_index(qpn).ok().map(|i| self.ud[i].qkey())
     }
 
-    /// Queue a datagram on UD QP `qpn`: a SEND (with or without immediate) of at most
-    /// [`RoceConfig::ud_mtu`] bytes (`InvalidLength` otherwise, as rxe refuses it).
+    /// Queue a datagram on UD QP `qpn`: a SEND (with or without immediate). One longer than
+    /// [`RoceConfig::ud_mtu`] completes successfully without a packet, as IBTA C10-93.1.1
+    /// and rxe have it.
     pub fn post_ud_send(&mut self, qpn: u32, dest: UdDest, wr: SendWr) -> Result<(), PostError> {
         let i = self.ud_index(qpn)?;
         let mtu = self.cfg.ud_mtu;

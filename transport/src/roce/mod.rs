@@ -194,4 +194,6 @@ pub struct RoceCounters {
     pub ud_no_recv: u64,
     /// UD: datagrams to this host's own address, delivered without the wire.
     pub ud_looped_back: u64,
+    /// UD: sends longer than `ud_mtu`, completed without a packet (IBTA C10-93.1.1).
+    pub ud_too_long: u64,
 }

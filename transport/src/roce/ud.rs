@@ -33,6 +33,8 @@ pub struct UdDest {
 struct UdWqe {
     wr: SendWr,
     dest: UdDest,
+    /// Longer than the MTU: sent as nothing (IBTA C10-93.1.1).
+    too_long: bool,
 }
 
 /// One UD QP.
@@ -81,15 +83,17 @@ impl UdQp {
     }
 
     pub fn post_send(&mut self, mtu: u32, dest: UdDest, wr: SendWr) -> Result<(), PostError> {
-        // One packet per datagram: nothing longer than the path MTU (rxe refuses it at post
-        // time too), and only SEND exists on UD.
+        // Only SEND exists on UD.
         if !matches!(wr.op, SendOp::Send { .. }) {
             return Err(PostError::Unsupported);
         }
-        if wr.len() > mtu as u64 || dest.qpn > QPN_MASK {
+        if wr.len() > u32::MAX as u64 || dest.qpn > QPN_MASK {
             return Err(PostError::InvalidLength);
         }
-        self.sq.push_back(UdWqe { wr, dest });
+        // One packet per datagram. A longer message is not an error: IBTA C10-93.1.1 says
+        // no packet is emitted and no error reported (rxe completes it successfully).
+        let too_long = wr.len() > mtu as u64;
+        self.sq.push_back(UdWqe { wr, dest, too_long });
         Ok(())
     }
 
@@ -112,6 +116,13 @@ impl UdQp {
         } = ctx;
         loop {
             let w = self.sq.front()?;
+            if w.too_long {
+                let w = self.sq.pop_front()?;
+                self.psn = wire::psn::add(self.psn, 1);
+                counters.ud_too_long += 1;
+                complete(completions, counters, self.qpn, &w.wr, Status::Success);
+                continue;
+            }
             let len = w.wr.len() as usize;
             let imm = match w.wr.op {
                 SendOp::Send { imm } => imm,
