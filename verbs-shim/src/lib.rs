@@ -37,6 +37,7 @@ pub mod state;
 pub mod sys;
 pub mod uc;
 pub mod ud;
+mod ud_roce;
 pub mod verbs;
 
 /// Where the build put the stub `libmlx5.so.1`, `libefa.so.1` and `libmlx4.so.1`.

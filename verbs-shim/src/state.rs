@@ -179,6 +179,8 @@ pub enum Ext {
     UdSend(Arc<QpShared>),
     /// One of the UD stream's shim-owned receive buffers (key of the owned region).
     UdBounce(u32),
+    /// A send or receive of a RoCEv2 UD QP, which is the engine's own (`ud_roce.rs`).
+    UdIbta,
 }
 
 /// The connection map: one connection per peer host (native), one peer record per peer
@@ -360,6 +362,7 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             // the port's IP MTU. 1024 on a 1500-byte link, 4096 on a jumbo one.
             let room = (cfg.port.mtu as u32).saturating_sub(64).clamp(256, 4096);
             let m = 1 << (31 - room.leading_zeros());
+            rc.ud_mtu = m;
             (Box::new(RoceEndpoint::new(rc)), m)
         }
     };
@@ -410,7 +413,7 @@ pub fn last_context_closed() {
     }
 }
 
-fn wc_status(s: Status) -> u32 {
+pub fn wc_status(s: Status) -> u32 {
     match s {
         Status::Success => sys::IBV_WC_SUCCESS,
         Status::LocalProtection => sys::IBV_WC_LOC_PROT_ERR,
@@ -484,6 +487,7 @@ fn complete(c: Completion, t: &mut dyn Transport) {
         Ext::Plain => {}
         Ext::SrqSlot(slot) => return crate::srq::complete(&meta, *slot, c, t),
         Ext::UdSend(_) | Ext::UdBounce(_) => return crate::ud::complete(meta, c, t),
+        Ext::UdIbta => return crate::ud_roce::complete(meta, c),
     }
     if meta.owned_key != 0 {
         g.mrs
