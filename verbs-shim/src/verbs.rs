@@ -326,11 +326,22 @@ unsafe extern "C" fn vctx_query_device_ex(
 }
 
 fn port_attr(dev: &Dev) -> ibv_port_attr {
-    let _ = dev;
+    // The RoCEv2 port's active MTU is what its engine's packets carry (1024 on a 1500-byte
+    // link, 4096 on a jumbo one: UD messages are limited to it); the native port's is 1024.
+    let active_mtu = match dev.mode {
+        Mode::Roce => match state::roce_active_mtu() {
+            4096 => IBV_MTU_4096,
+            2048 => IBV_MTU_2048,
+            512 => IBV_MTU_512,
+            256 => IBV_MTU_256,
+            _ => IBV_MTU_1024,
+        },
+        Mode::Native => IBV_MTU_1024,
+    };
     ibv_port_attr {
         state: IBV_PORT_ACTIVE,
         max_mtu: IBV_MTU_4096,
-        active_mtu: IBV_MTU_1024,
+        active_mtu,
         gid_tbl_len: GID_TBL_LEN as c_int,
         port_cap_flags: IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS,
         max_msg_sz: 1 << 31,
