@@ -179,8 +179,9 @@ pub enum Ext {
     UdSend(Arc<QpShared>),
     /// One of the UD stream's shim-owned receive buffers (key of the owned region).
     UdBounce(u32),
-    /// A send or receive of a RoCEv2 UD QP, which is the engine's own (`ud_roce.rs`).
-    UdIbta,
+    /// A send or receive of a RoCEv2 UD QP, which is the engine's own (`ud_roce.rs`); a
+    /// send to the device's own address tells the poster when its completion is in the CQ.
+    UdIbta(Option<crossbeam_channel::Sender<()>>),
 }
 
 /// The connection map: one connection per peer host (native), one peer record per peer
@@ -500,7 +501,7 @@ fn complete(c: Completion, t: &mut dyn Transport) {
         Ext::Plain => {}
         Ext::SrqSlot(slot) => return crate::srq::complete(&meta, *slot, c, t),
         Ext::UdSend(_) | Ext::UdBounce(_) => return crate::ud::complete(meta, c, t),
-        Ext::UdIbta => return crate::ud_roce::complete(meta, c),
+        Ext::UdIbta(_) => return crate::ud_roce::complete(meta, c),
     }
     if meta.owned_key != 0 {
         g.mrs

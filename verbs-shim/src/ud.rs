@@ -45,7 +45,7 @@ const GRH: usize = 40;
 /// `ibv_wc.sl` of a UD receive: a RoCE NIC (mlx5) reports there what the 40 GRH bytes hold,
 /// bits 2:0 the L3 header type (2 = IPv4 in the last 20 bytes), bit 3 a UDP header (RoCEv2).
 /// UCX's UD transport reads it to find the destination address it checks.
-const ROCE_PKT_IPV4: u8 = 0x8 | 0x2;
+pub const ROCE_PKT_IPV4: u8 = 0x8 | 0x2;
 const BASE: u64 = 0x1000;
 
 /// A UD QP's receive queue (ids into the work-request map) and Q_Key.

@@ -19,8 +19,6 @@ use std::sync::Arc;
 
 /// Where shim-owned send copies appear (their own region each).
 const BASE: u64 = 0x1000;
-/// `ibv_wc.sl` of a UD receive (as `ud.rs` reports it: mlx5's L3 type IPv4 + UDP).
-const ROCE_PKT_IPV4: u8 = 0x8 | 0x2;
 
 /// Run `f` on the RoCE engine (in command order with the QP's other work). False when the
 /// engine does not run.
@@ -75,6 +73,17 @@ pub fn destroy(qp: &Arc<QpShared>) {
     exec(qp, move |ep| {
         let _ = ep.destroy_ud_qp(qpn);
     });
+}
+
+/// Signals its channel when dropped (at the end of `complete`, whichever way it returns).
+struct Done(Option<crossbeam_channel::Sender<()>>);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            let _ = t.try_send(());
+        }
+    }
 }
 
 /// A work request the engine refused: its error completion.
@@ -146,6 +155,17 @@ pub fn post_send(
         }
         Payload::TooLong(sgl) => (0, sgl),
     };
+    // To the device's own address the engine loops the datagram back at once; the send
+    // returns once its completion is in the CQ, as the native device's (and a NIC's
+    // loopback, within microseconds) is: rdma-core's tests fill a CQ that way and then
+    // check its count.
+    let own = state::running(st.mode).is_some_and(|e| e.ip == dest.ip);
+    let (done_tx, done_rx) = if own {
+        let (t, r) = crossbeam_channel::bounded(1);
+        (Some(t), Some(r))
+    } else {
+        (None, None)
+    };
     let id = global().next_wr.fetch_add(1, Ordering::Relaxed);
     lock(&global().wrs).insert(
         id,
@@ -155,7 +175,7 @@ pub fn post_send(
             recv: false,
             signaled,
             owned_key: key,
-            ext: Ext::UdIbta,
+            ext: Ext::UdIbta(done_tx),
         },
     );
     let wr = SendWr {
@@ -174,6 +194,11 @@ pub fn post_send(
         }
     }) {
         refused(id, PostError::UnknownStream);
+    }
+    if let Some(r) = done_rx {
+        if r.recv_timeout(std::time::Duration::from_secs(1)).is_err() {
+            dbg_log!("UD QP {qpn:#x}: a send to the own address did not complete within 1 s");
+        }
     }
 }
 
@@ -195,10 +220,19 @@ fn recv_done(qp: &QpShared) {
 /// them. Later the engine runs the application's posts in order (a reply it sends goes out
 /// after the receive it posted before), and with receives already posted an arriving
 /// datagram takes an earlier one: no wait, which costs an engine round trip per post.
-pub fn post_recv(st: &Arc<QpShared>, app_wr_id: u64, sgl: SgList) -> bool {
-    let empty = st.ud.as_ref().is_some_and(|u| {
-        u.engine_recvs.fetch_add(1, Ordering::AcqRel) == 0 && !u.received.load(Ordering::Acquire)
-    });
+/// A full receive queue (`cap`, the `max_recv_wr` the QP reports) is ENOMEM
+/// (ibv_post_recv(3)).
+pub fn post_recv(st: &Arc<QpShared>, app_wr_id: u64, sgl: SgList, cap: usize) -> Result<bool, i32> {
+    let Some(u) = st.ud.as_ref() else {
+        return Err(libc::EINVAL);
+    };
+    let held = u
+        .engine_recvs
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < cap).then_some(n + 1)
+        })
+        .map_err(|_| libc::ENOMEM)?;
+    let empty = held == 0 && !u.received.load(Ordering::Acquire);
     let id = global().next_wr.fetch_add(1, Ordering::Relaxed);
     lock(&global().wrs).insert(
         id,
@@ -208,7 +242,7 @@ pub fn post_recv(st: &Arc<QpShared>, app_wr_id: u64, sgl: SgList) -> bool {
             recv: true,
             signaled: true,
             owned_key: 0,
-            ext: Ext::UdIbta,
+            ext: Ext::UdIbta(None),
         },
     );
     let qpn = st.qpn;
@@ -219,11 +253,16 @@ pub fn post_recv(st: &Arc<QpShared>, app_wr_id: u64, sgl: SgList) -> bool {
     }) {
         refused(id, PostError::UnknownStream);
     }
-    empty
+    Ok(empty)
 }
 
 /// A UD work request finished (engine thread).
 pub fn complete(meta: WrMeta, c: Completion) {
+    // The poster waits for a loopback send's completion (post_send): tell it once pushed.
+    let _done = Done(match &meta.ext {
+        Ext::UdIbta(Some(t)) => Some(t.clone()),
+        _ => None,
+    });
     if meta.recv {
         recv_done(&meta.qp);
         if let Some(u) = &meta.qp.ud {
@@ -250,7 +289,7 @@ pub fn complete(meta: WrMeta, c: Completion) {
     if let Some(src) = c.ud_src {
         wc.src_qp = src.qpn;
         wc.wc_flags |= IBV_WC_GRH;
-        wc.sl = ROCE_PKT_IPV4;
+        wc.sl = crate::ud::ROCE_PKT_IPV4;
     }
     meta.qp.recv_cq.push(wc);
 }

@@ -1702,7 +1702,16 @@ unsafe extern "C" fn op_post_recv(
         };
         if st.ud.is_some() && st.mode == Mode::Roce {
             // The engine's UD QP places it (ud_roce.rs).
-            barrier |= crate::ud_roce::post_recv(st, w.wr_id, sgl);
+            match crate::ud_roce::post_recv(st, w.wr_id, sgl, MAX_QP_WR as usize) {
+                Ok(wait) => barrier |= wait,
+                Err(e) => {
+                    if !bad.is_null() {
+                        // SAFETY: as above.
+                        unsafe { *bad = wr };
+                    }
+                    return e;
+                }
+            }
             wr = w.next;
             continue;
         }
