@@ -20,7 +20,8 @@
 //! by the sender's shim at once, as a NIC loops it back.
 //!
 //! UD delivery is therefore reliable and ordered per host pair (stronger than verbs
-//! promises); spec/transport.md describes it as native mode's UD.
+//! promises). It is not IBTA UD and does not interoperate with RoCE peers (spec/rocev2.md
+//! §6.9 says so beside the RoCEv2 design).
 
 use crate::state::{self, dbg_log, global, lock, Ext, Mode, Pending, QpInner, QpShared, WrMeta};
 use crate::sys::*;
