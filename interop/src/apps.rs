@@ -41,6 +41,12 @@ pub const PROGRAMS: &[Program] = &[
         args: "-g 1 -c -n 100",
         kind: Kind::PingPong,
     },
+    // Plain IBTA UD (no CM): DETH with Q_Key and source QP, the GRH area on receive.
+    Program {
+        name: "ibv_ud_pingpong",
+        args: "-g 1 -c -n 100",
+        kind: Kind::PingPong,
+    },
     Program {
         name: "ib_send_bw",
         args: "-x 1 -F -n 200",
@@ -88,9 +94,15 @@ impl Role {
     }
 }
 
-/// `ibv_rc_pingpong -m` and perftest `-m` spell the MTU the same way.
+/// `ibv_rc_pingpong -m` and perftest `-m` spell the MTU the same way; `ibv_ud_pingpong` has
+/// no path MTU (UD uses the port's): its messages are `-s` bytes, the MTU itself (the most a
+/// UD message may carry).
 fn mtu_args(p: &Program, mtu: u32) -> String {
-    format!("{} -m {mtu}", p.args)
+    if p.name == "ibv_ud_pingpong" {
+        format!("{} -s {mtu}", p.args)
+    } else {
+        format!("{} -m {mtu}", p.args)
+    }
 }
 
 /// Outcome of one run.
@@ -492,7 +504,8 @@ const USAGE: &str = "usage: ferroce interop rxe [--programs a,b] [--mtu 1024,409
   Runs unmodified verbs programs with ferroce (RoCEv2 device, verbs shim, DPDK engine) against
   Linux soft-RoCE (rdma_rxe) in a qemu VM, each program with ferroce as server and as client.
   Needs root; installs qemu-system-x86, busybox-static, perftest, ... from Debian when missing.
-  Programs: ibv_rc_pingpong ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_write_lat (default: all).";
+  Programs: ibv_rc_pingpong ibv_ud_pingpong ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw
+  ib_write_lat (default: all).";
 
 /// Matrix options.
 #[derive(Clone, Debug)]
@@ -632,7 +645,10 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
                 mtu,
                 loss_pct: o.loss_pct,
                 ok: w.ok(),
-                figure: format!("{} pkts, {} bad ICRC", w.packets, w.icrc_bad),
+                figure: format!(
+                    "{} pkts, {} bad ICRC, {} UD",
+                    w.packets, w.icrc_bad, w.ud_deth_checked
+                ),
                 secs: t0.elapsed().as_secs_f64(),
                 detail: format!("{w:?}"),
             },
@@ -732,6 +748,14 @@ mod tests {
             judge(&p, (t, Some(0)), ("", Some(0)), t),
             (true, "150.3 us typ".into())
         );
+    }
+
+    #[test]
+    fn ud_pingpong_gets_the_mtu_as_its_message_size() {
+        let p = program("ibv_ud_pingpong").unwrap();
+        assert_eq!(mtu_args(&p, 4096), "-g 1 -c -n 100 -s 4096");
+        let p = program("ibv_rc_pingpong").unwrap();
+        assert_eq!(mtu_args(&p, 1024), "-g 1 -c -n 100 -m 1024");
     }
 
     #[test]

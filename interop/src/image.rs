@@ -25,6 +25,7 @@ const PROGRAMS: &[&[&str]] = &[
     &["/usr/bin/ibv_devinfo"],
     &["/usr/bin/ibv_devices"],
     &["/usr/bin/ibv_rc_pingpong"],
+    &["/usr/bin/ibv_ud_pingpong"],
     &["/usr/bin/ib_write_bw"],
     &["/usr/bin/ib_send_bw"],
     &["/usr/bin/ib_read_bw"],
@@ -410,7 +411,9 @@ pub fn prepare() -> Result<Image, String> {
             .ok_or("cannot find linux-image-amd64 in apt and no kernel is cached")?,
     };
     let release = std::fs::read_to_string(kdir.join("release")).map_err(|e| e.to_string())?;
-    let mut key = format!("{FORMAT}|{}|{INIT}", kdir.display());
+    // The programs copied in are part of the image: adding one must not reuse an old image.
+    let progs: Vec<&str> = PROGRAMS.iter().map(|c| c[0]).collect();
+    let mut key = format!("{FORMAT}|{}|{INIT}|{}", kdir.display(), progs.join(","));
     for p in [
         "busybox-static",
         "iproute2",

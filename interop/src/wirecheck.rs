@@ -1,6 +1,7 @@
 //! Wire checks of interop captures: every RoCEv2 packet is decoded by ferroce's codec
 //! (`ferroce_transport::roce::wire`) and by `tshark` (its InfiniBand dissector on UDP 4791);
-//! both must agree on opcode, destination QP and PSN, and every ICRC must be valid over the
+//! both must agree on opcode, destination QP and PSN (and, for UD, the DETH's Q_Key and source
+//! QP), and every ICRC must be valid over the
 //! packet's real IPv4/UDP headers. The report also counts packets whose ICRC would fail the
 //! canonical-header check (IPv4 identification 0), which is what ferroce's
 //! `RoceEndpoint::handle_datagram` applies.
@@ -58,6 +59,8 @@ pub struct Decoded {
     pub opcode: u8,
     pub dest_qpn: u32,
     pub psn: u32,
+    /// UD: the DETH's (Q_Key, source QP).
+    pub deth: Option<(u32, u32)>,
     /// ICRC valid over the real IPv4/UDP headers.
     pub icrc_ok: bool,
     /// ICRC valid over ferroce's canonical headers (identification 0, DF).
@@ -91,6 +94,7 @@ pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
             opcode: 0,
             dest_qpn: 0,
             psn: 0,
+            deth: None,
             icrc_ok: false,
             icrc_canonical_ok: false,
             error: None,
@@ -100,6 +104,10 @@ pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
                 d.opcode = p.opcode() as u8;
                 d.dest_qpn = p.dest_qpn();
                 d.psn = p.psn();
+                d.deth = wire::Packet::parse(payload)
+                    .ok()
+                    .and_then(|q| q.ext.deth)
+                    .map(|x| (x.qkey, x.src_qpn));
                 d.icrc_ok = p.icrc_ok(ip, udp);
                 let flow = Flow {
                     src,
@@ -116,8 +124,18 @@ pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
     v
 }
 
-/// (opcode, dest QP, PSN) of every InfiniBand packet per tshark, in capture order.
-pub fn tshark_decode(path: &Path) -> Result<Vec<(u8, u32, u32)>, String> {
+/// One packet as tshark's InfiniBand dissector decodes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TsharkPacket {
+    pub opcode: u8,
+    pub dest_qpn: u32,
+    pub psn: u32,
+    /// DETH (Q_Key, source QP) when the dissector found one.
+    pub deth: Option<(u32, u32)>,
+}
+
+/// Every InfiniBand packet per tshark, in capture order.
+pub fn tshark_decode(path: &Path) -> Result<Vec<TsharkPacket>, String> {
     let out = cmd_output(
         Command::new("tshark")
             .arg("-r")
@@ -137,6 +155,10 @@ pub fn tshark_decode(path: &Path) -> Result<Vec<(u8, u32, u32)>, String> {
                 "infiniband.bth.destqp",
                 "-e",
                 "infiniband.bth.psn",
+                "-e",
+                "infiniband.deth.q_key",
+                "-e",
+                "infiniband.deth.srcqp",
             ]),
         Duration::from_secs(60),
     )?;
@@ -150,12 +172,21 @@ pub fn tshark_decode(path: &Path) -> Result<Vec<(u8, u32, u32)>, String> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
+            let deth = match (f.get(3).and_then(|x| num(x)), f.get(4).and_then(|x| num(x))) {
+                (Some(k), Some(s)) => Some((k, s)),
+                _ => None,
+            };
             match (
                 f.first().and_then(|x| num(x)),
                 f.get(1).and_then(|x| num(x)),
                 f.get(2).and_then(|x| num(x)),
             ) {
-                (Some(o), Some(q), Some(p)) => Ok((o as u8, q, p)),
+                (Some(o), Some(q), Some(p)) => Ok(TsharkPacket {
+                    opcode: o as u8,
+                    dest_qpn: q,
+                    psn: p,
+                    deth,
+                }),
                 _ => Err(format!("tshark line {l:?}")),
             }
         })
@@ -172,6 +203,8 @@ pub struct WireReport {
     pub nonzero_ip_id: usize,
     /// Opcodes seen (by name), with counts.
     pub opcodes: Vec<(String, usize)>,
+    /// UD packets whose DETH both decoders read alike.
+    pub ud_deth_checked: usize,
     /// Disagreements between ferroce's codec and tshark, or codec errors.
     pub problems: Vec<String>,
 }
@@ -214,12 +247,104 @@ pub fn check(path: &Path) -> Result<WireReport, String> {
         ));
     }
     for (i, (d, t)) in ours.iter().zip(&theirs).enumerate() {
-        if (d.opcode, d.dest_qpn, d.psn) != *t {
+        if (d.opcode, d.dest_qpn, d.psn) != (t.opcode, t.dest_qpn, t.psn) {
             r.problems.push(format!(
                 "packet {i}: ferroce (op {:#x}, qp {:#x}, psn {:#x}) vs tshark (op {:#x}, qp {:#x}, psn {:#x})",
-                d.opcode, d.dest_qpn, d.psn, t.0, t.1, t.2
+                d.opcode, d.dest_qpn, d.psn, t.opcode, t.dest_qpn, t.psn
             ));
+        }
+        if d.deth != t.deth {
+            r.problems.push(format!(
+                "packet {i}: ferroce DETH {:x?} vs tshark DETH {:x?}",
+                d.deth, t.deth
+            ));
+        } else if d.deth.is_some() {
+            r.ud_deth_checked += 1;
         }
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::{Bth, Deth, ExtHeaders, Opcode, Packet};
+
+    /// A classic pcap of Ethernet frames, each IPv4/UDP 4791 with the canonical headers.
+    fn pcap_of(packets: &[(Ipv4Addr, Ipv4Addr, Vec<u8>)]) -> Vec<u8> {
+        // magic, version 2.4, thiszone, sigfigs, snaplen, Ethernet
+        let mut d = Vec::new();
+        d.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+        d.extend_from_slice(&2u16.to_le_bytes());
+        d.extend_from_slice(&4u16.to_le_bytes());
+        d.extend_from_slice(&[0; 8]);
+        d.extend_from_slice(&65535u32.to_le_bytes());
+        d.extend_from_slice(&1u32.to_le_bytes());
+        for (src, dst, p) in packets {
+            let h = wire::ipv4_udp_headers(*src, *dst, 0xc123, wire::UDP_PORT, p.len());
+            let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+            f.extend_from_slice(&h);
+            f.extend_from_slice(p);
+            for v in [0u32, 0, f.len() as u32, f.len() as u32] {
+                d.extend_from_slice(&v.to_le_bytes());
+            }
+            d.extend_from_slice(&f);
+        }
+        d
+    }
+
+    #[test]
+    fn tshark_and_the_codec_agree_on_ud_packets() {
+        if Command::new("tshark").arg("--version").output().is_err() {
+            eprintln!("SKIP: no tshark");
+            return;
+        }
+        let (a, b) = (Ipv4Addr::new(198, 18, 9, 1), Ipv4Addr::new(198, 18, 9, 2));
+        let mut pkts = Vec::new();
+        for (i, op) in [Opcode::UdSendOnly, Opcode::UdSendOnlyImm]
+            .into_iter()
+            .enumerate()
+        {
+            let payload = vec![0x5a; 13];
+            let mut bth = Bth::new(op, 0x00ab_c010 + i as u32, 0x7f_0000 + i as u32);
+            bth.pad = wire::pad_for(payload.len());
+            let p = Packet {
+                bth,
+                ext: ExtHeaders {
+                    deth: Some(Deth {
+                        qkey: 0x1111_1111 + i as u32,
+                        src_qpn: 0x00de_f010,
+                        resv: 0,
+                    }),
+                    imm: op.has_imm().then_some(0xfeed),
+                    ..Default::default()
+                },
+                payload: &payload,
+            };
+            let flow = Flow {
+                src: a,
+                dst: b,
+                src_port: 0xc123,
+                dst_port: wire::UDP_PORT,
+            };
+            let mut buf = vec![0u8; 128];
+            let n = p.emit_canonical(&mut buf, &flow).unwrap();
+            buf.truncate(n);
+            pkts.push((a, b, buf));
+        }
+        let dir = std::env::temp_dir().join(format!("ferroce-wirecheck-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ud.pcap");
+        std::fs::write(&path, pcap_of(&pkts)).unwrap();
+        let r = check(&path);
+        std::fs::remove_dir_all(&dir).ok();
+        let r = r.unwrap();
+        assert!(r.ok(), "{r:?}");
+        assert_eq!(r.packets, 2);
+        assert_eq!(r.ud_deth_checked, 2, "{r:?}");
+        assert_eq!(
+            r.opcodes,
+            vec![("UD_SEND_ONLY".into(), 1), ("UD_SEND_ONLY_IMM".into(), 1)]
+        );
+    }
 }

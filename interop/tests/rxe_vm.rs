@@ -103,7 +103,8 @@ fn two_rxe_vms_rc_pingpong() {
 }
 
 /// ferroce (RoCEv2 device through the verbs shim and the DPDK engine on the lab's veth)
-/// against rxe in a VM: `ibv_rc_pingpong -g 1 -c`, ferroce as server and as client, MTU 1024.
+/// against rxe in a VM: `ibv_rc_pingpong -g 1 -c` and `ibv_ud_pingpong -g 1 -c -s MTU` (IBTA
+/// UD: the wire check decodes its BTH + DETH), ferroce as server and as client, MTU 1024.
 /// `FERROCE_INTEROP_PROGRAMS=a,b` runs other programs of the matrix instead.
 ///
 /// It needs the dataplane to hand RoCEv2 datagrams over with their real IPv4/UDP headers
@@ -127,7 +128,8 @@ fn ferroce_vs_rxe(mtu: u32) {
         eprintln!("SKIPPED: {e}");
         return;
     }
-    let names = std::env::var("FERROCE_INTEROP_PROGRAMS").unwrap_or("ibv_rc_pingpong".into());
+    let names = std::env::var("FERROCE_INTEROP_PROGRAMS")
+        .unwrap_or("ibv_rc_pingpong,ibv_ud_pingpong".into());
     let t0 = Instant::now();
     let mut s =
         apps::Session::start_with(&img, 1, apps::link_mtu_for(mtu), &format!("fx{mtu}"), true)
@@ -160,6 +162,11 @@ fn ferroce_vs_rxe(mtu: u32) {
     eprintln!("total {:.1} s", t0.elapsed().as_secs_f64());
     assert!(w.ok(), "{w:?}");
     assert!(w.packets >= 100, "{w:?}");
+    if names.split(',').any(|n| n == "ibv_ud_pingpong") {
+        // Both directions' UD datagrams (100 iterations, ferroce serving and as client),
+        // their DETH decoded alike by tshark and ferroce's codec.
+        assert!(w.ud_deth_checked >= 400, "{w:?}");
+    }
     let bad: Vec<_> = rows
         .iter()
         .filter(|r| !r.ok)

@@ -148,6 +148,15 @@ pub struct Completion {
     /// Bytes received (receives) or transferred (requests).
     pub byte_len: u32,
     pub imm: Option<u32>,
+    /// A UD receive (RoCEv2 UD QPs): the sender's address and QP number (verbs `src_qp`).
+    pub ud_src: Option<UdSource>,
+}
+
+/// Where a UD datagram came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdSource {
+    pub ip: Ipv4Addr,
+    pub qpn: u32,
 }
 
 /// Connection-level events.

@@ -37,6 +37,7 @@ pub mod state;
 pub mod sys;
 pub mod uc;
 pub mod ud;
+mod ud_roce;
 pub mod verbs;
 pub mod wrs;
 

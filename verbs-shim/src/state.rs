@@ -239,6 +239,9 @@ pub enum Ext {
     UdSend(Arc<QpShared>),
     /// One of the UD stream's shim-owned receive buffers (key of the owned region).
     UdBounce(u32),
+    /// A send or receive of a RoCEv2 UD QP, which is the engine's own (`ud_roce.rs`); a
+    /// send to the device's own address tells the poster when its completion is in the CQ.
+    UdIbta(Option<crossbeam_channel::Sender<()>>),
 }
 
 /// The connection map: one connection per peer host (native), one peer record per peer
@@ -390,6 +393,23 @@ pub fn conns(mode: Mode) -> MutexGuard<'static, Conns> {
     lock(&global().conns[mode.index()])
 }
 
+/// The largest path MTU a RoCEv2 port of IP MTU `port_mtu` carries: payload plus the
+/// biggest headers a packet of it has (IPv4 20, UDP 8, BTH 12, RETH 16, ImmDt 4, ICRC 4)
+/// within the port's IP MTU. 1024 on a 1500-byte link, 4096 on a jumbo one.
+pub fn roce_port_mtu(port_mtu: u16) -> u32 {
+    let room = (port_mtu as u32).saturating_sub(64).clamp(256, 4096);
+    1 << (31 - room.leading_zeros())
+}
+
+/// The RoCEv2 port's MTU: the running engine's, else what the environment configures.
+pub fn roce_active_mtu() -> u32 {
+    if let Some(e) = running(Mode::Roce) {
+        return e.mtu;
+    }
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    crate::config::load(&vars).map_or(1024, |c| roce_port_mtu(c.port.mtu))
+}
+
 fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     let vars: Vec<(String, String)> = std::env::vars().collect();
     let cfg = crate::config::load(&vars)?;
@@ -447,11 +467,8 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             // retries. (IBTA's reading by default made perftest and srq_pingpong runs fail
             // on this loaded machine: stalls of a few hundred ms exhaust 7 retries.)
             rc.retry_forever_at_7 = roce_retry_forever;
-            // The largest path MTU the port carries: payload plus the biggest headers a
-            // packet of it has (IPv4 20, UDP 8, BTH 12, RETH 16, ImmDt 4, ICRC 4) within
-            // the port's IP MTU. 1024 on a 1500-byte link, 4096 on a jumbo one.
-            let room = (cfg.port.mtu as u32).saturating_sub(64).clamp(256, 4096);
-            let m = 1 << (31 - room.leading_zeros());
+            let m = roce_port_mtu(cfg.port.mtu);
+            rc.ud_mtu = m;
             (Box::new(RoceEndpoint::new(rc)), m)
         }
     };
@@ -518,7 +535,7 @@ pub fn last_context_closed() {
     }
 }
 
-fn wc_status(s: Status) -> u32 {
+pub fn wc_status(s: Status) -> u32 {
     match s {
         Status::Success => sys::IBV_WC_SUCCESS,
         Status::LocalProtection => sys::IBV_WC_LOC_PROT_ERR,
@@ -592,6 +609,7 @@ fn complete(c: Completion, t: &mut dyn Transport) {
         Ext::Plain => {}
         Ext::SrqSlot(slot) => return crate::srq::complete(&meta, *slot, c, t),
         Ext::UdSend(_) | Ext::UdBounce(_) => return crate::ud::complete(meta, c, t),
+        Ext::UdIbta(_) => return crate::ud_roce::complete(meta, c),
     }
     if meta.owned_key != 0 {
         g.mrs

@@ -1,11 +1,12 @@
-//! UD QPs, carried on a datagram stream per host pair.
+//! UD QPs of the native device, carried on a datagram stream per host pair. (The RoCEv2
+//! device's UD QPs are IBTA UD on the wire: `ud_roce.rs`; what both share — validation,
+//! the copy at post time — is here.)
 //!
 //! The transport offers reliable streams between two hosts, not datagrams, and a stream is
 //! set up by both ends knowing each other's id, which a UD receiver does not (any QP may send
 //! to it). So every pair of hosts that talks UD shares one *UD stream*, id [`UD_STREAM`] on
-//! both ends (native: a stream of the hosts' one connection, created on accepted
-//! connections through the engine's listen list; RoCEv2: an RC QP of that number on both
-//! ends, PSNs 0). A UD send becomes a SEND on it whose payload is a 16-byte shim header
+//! both ends (a stream of the hosts' one connection, created on accepted connections
+//! through the engine's listen list). A UD send becomes a SEND on it whose payload is a 16-byte shim header
 //! (magic, destination QPN, source QPN, Q_Key) and the application's bytes (at most
 //! [`UD_MTU`], copied at post time, so the buffer is free at once as with a NIC); the
 //! immediate rides as the SEND's. The receiving shim keeps [`BOUNCES`] shim-owned buffers
@@ -19,9 +20,8 @@
 //! by the sender's shim at once, as a NIC loops it back.
 //!
 //! UD delivery is therefore reliable and ordered per host pair (stronger than verbs
-//! promises). On the wire this is not IBTA UD: a RoCEv2 peer such as rxe sees RC traffic to
-//! QPN 0xfffffe. In RoCEv2 mode one process talks UD to one peer host at a time (the RoCE
-//! engine knows QP numbers per host, not per peer).
+//! promises). It is not IBTA UD and does not interoperate with RoCE peers (spec/rocev2.md
+//! §6.9 says so beside the RoCEv2 design).
 
 use crate::state::{self, dbg_log, global, lock, Ext, Mode, Pending, QpInner, QpShared, WrMeta};
 use crate::sys::*;
@@ -46,7 +46,7 @@ const GRH: usize = 40;
 /// `ibv_wc.sl` of a UD receive: a RoCE NIC (mlx5) reports there what the 40 GRH bytes hold,
 /// bits 2:0 the L3 header type (2 = IPv4 in the last 20 bytes), bit 3 a UDP header (RoCEv2).
 /// UCX's UD transport reads it to find the destination address it checks.
-const ROCE_PKT_IPV4: u8 = 0x8 | 0x2;
+pub const ROCE_PKT_IPV4: u8 = 0x8 | 0x2;
 const BASE: u64 = 0x1000;
 
 /// A UD QP's receive queue (ids into the work-request map) and Q_Key.
@@ -55,6 +55,10 @@ pub struct UdQp {
     pub qkey: AtomicU32,
     /// (id in the work-request map, scatter list) in posting order.
     pub rq: Mutex<VecDeque<(u64, SgList)>>,
+    /// RoCEv2: receives the engine holds for this QP (`ud_roce.rs`).
+    pub engine_recvs: AtomicUsize,
+    /// RoCEv2: a receive of this QP has completed since it was created or reset.
+    pub received: AtomicBool,
 }
 
 #[derive(Default)]
@@ -82,6 +86,9 @@ pub fn post_recv(ud: &UdQp, id: u64, sgl: SgList, cap: usize) -> Result<(), i32>
 }
 
 pub fn register_qp(qp: &Arc<QpShared>) {
+    if qp.mode == Mode::Roce {
+        return crate::ud_roce::create(qp);
+    }
     let g = &global().ud;
     lock(&g.qps).insert(qp.qpn, qp.clone());
     g.any.store(true, Ordering::SeqCst);
@@ -94,6 +101,9 @@ pub fn register_qp(qp: &Arc<QpShared>) {
 }
 
 pub fn unregister_qp(qp: &Arc<QpShared>) {
+    if qp.mode == Mode::Roce {
+        return crate::ud_roce::destroy(qp);
+    }
     lock(&global().ud.qps).remove(&qp.qpn);
 }
 
@@ -184,7 +194,7 @@ fn chan(peer: Ipv4Addr, mode: Mode) -> (Arc<QpShared>, bool) {
 
 /// Set up the UD stream to `peer` (application thread: an AH was created on a `mode` device).
 pub fn warm(peer: Ipv4Addr, mode: Mode) {
-    if !global().ud.any.load(Ordering::SeqCst) {
+    if mode == Mode::Roce || !global().ud.any.load(Ordering::SeqCst) {
         return;
     }
     let Some(e) = state::running(mode) else {
@@ -266,7 +276,17 @@ pub unsafe fn post_send(
             .then(|| unsafe { &*(u.ah as *const crate::verbs::Ah) })
             .and_then(|ah| crate::verbs::peer_of(&ah.attr));
         let total: usize = sgl.iter().map(|s| s.len as usize).sum();
-        let (Some(peer), true) = (peer, total <= UD_MTU) else {
+        // RoCEv2 UD takes any length (longer than the MTU: sent as nothing, ud_roce.rs); the
+        // native design's datagrams are at most UD_MTU.
+        let max = match st.mode {
+            Mode::Roce => u32::MAX as usize,
+            Mode::Native => UD_MTU,
+        };
+        let (Some(peer), true) = (peer, total <= max) else {
+            dbg_log!(
+                "UD QP {:#x}: send of {total} bytes refused (no destination, or above {max})",
+                st.qpn
+            );
             set_bad(wr);
             return libc::EINVAL;
         };
@@ -275,11 +295,26 @@ pub unsafe fn post_send(
         } else {
             u.remote_qkey
         };
+        let signaled = st.sq_sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
+        let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
+        let dest = ferroce_transport::roce::UdDest {
+            ip: peer,
+            qpn: u.remote_qpn & 0x00ff_ffff,
+            // The controlled-Q_Key rule applies in the engine too; resolved here already.
+            qkey,
+        };
+        if st.mode == Mode::Roce && total > e.mtu as usize {
+            // Above the port's MTU: no packet and no error (IBTA C10-93.1.1, as rxe); the
+            // engine completes it in order without reading the buffer.
+            let p = crate::ud_roce::Payload::TooLong(sgl);
+            crate::ud_roce::post_send(st, w.wr_id, dest, p, imm, signaled, solicited);
+            wr = w.next;
+            continue;
+        }
         let mut buf = Vec::with_capacity(HDR + total);
         for v in [MAGIC, u.remote_qpn & 0x00ff_ffff, st.qpn, qkey] {
             buf.extend_from_slice(&v.to_le_bytes());
         }
-        let signaled = st.sq_sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
         let mut ok = true;
         if w.send_flags & IBV_SEND_INLINE != 0 {
             for s in &sgl {
@@ -301,6 +336,13 @@ pub unsafe fn post_send(
         }
         if !ok {
             st.send_cq.push(err_wc(st, w.wr_id, IBV_WC_LOC_PROT_ERR));
+            wr = w.next;
+            continue;
+        }
+        if st.mode == Mode::Roce {
+            buf.drain(..HDR);
+            let p = crate::ud_roce::Payload::Copied(buf);
+            crate::ud_roce::post_send(st, w.wr_id, dest, p, imm, signaled, solicited);
             wr = w.next;
             continue;
         }

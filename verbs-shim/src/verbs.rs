@@ -330,11 +330,22 @@ unsafe extern "C" fn vctx_query_device_ex(
 }
 
 fn port_attr(dev: &Dev) -> ibv_port_attr {
-    let _ = dev;
+    // The RoCEv2 port's active MTU is what its engine's packets carry (1024 on a 1500-byte
+    // link, 4096 on a jumbo one: UD messages are limited to it); the native port's is 1024.
+    let active_mtu = match dev.mode {
+        Mode::Roce => match state::roce_active_mtu() {
+            4096 => IBV_MTU_4096,
+            2048 => IBV_MTU_2048,
+            512 => IBV_MTU_512,
+            256 => IBV_MTU_256,
+            _ => IBV_MTU_1024,
+        },
+        Mode::Native => IBV_MTU_1024,
+    };
     ibv_port_attr {
         state: IBV_PORT_ACTIVE,
         max_mtu: IBV_MTU_4096,
-        active_mtu: IBV_MTU_1024,
+        active_mtu,
         gid_tbl_len: GID_TBL_LEN as c_int,
         port_cap_flags: IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS,
         max_msg_sz: 1 << 31,
@@ -1254,6 +1265,9 @@ pub unsafe extern "C" fn ibv_modify_qp(
     if let Some(ud) = &st.ud {
         if mask & IBV_QP_QKEY != 0 {
             ud.qkey.store(a.qkey, Ordering::Relaxed);
+            if st.mode == Mode::Roce {
+                crate::ud_roce::set_qkey(st, a.qkey);
+            }
         }
         if new == IBV_QPS_RTS && cur == IBV_QPS_RTR {
             inner.sq_psn = a.sq_psn & 0x00ff_ffff;
@@ -1267,6 +1281,9 @@ pub unsafe extern "C" fn ibv_modify_qp(
         }
         if new == IBV_QPS_RESET && cur != new {
             state::discard_qp(st);
+        }
+        if st.mode == Mode::Roce && cur != new && (new == IBV_QPS_ERR || new == IBV_QPS_RESET) {
+            crate::ud_roce::reset(st);
         }
         return 0;
     }
@@ -1712,6 +1729,9 @@ unsafe extern "C" fn op_post_recv(
         }
         return libc::EINVAL;
     }
+    // UC: every post waits until its receives are in place (uc.rs); RoCEv2 UD only when
+    // the engine held none for the QP (ud_roce.rs).
+    let mut barrier = st.uc;
     while !wr.is_null() {
         // SAFETY: the caller's work request chain.
         let w = unsafe { &*wr };
@@ -1723,6 +1743,21 @@ unsafe extern "C" fn op_post_recv(
             }
             return libc::EINVAL;
         };
+        if st.ud.is_some() && st.mode == Mode::Roce {
+            // The engine's UD QP places it (ud_roce.rs).
+            match crate::ud_roce::post_recv(st, w.wr_id, sgl, MAX_QP_WR as usize) {
+                Ok(wait) => barrier |= wait,
+                Err(e) => {
+                    if !bad.is_null() {
+                        // SAFETY: as above.
+                        unsafe { *bad = wr };
+                    }
+                    return e;
+                }
+            }
+            wr = w.next;
+            continue;
+        }
         if !crate::wrs::room(st, true, q.max_wr.1) {
             if !bad.is_null() {
                 // SAFETY: as above.
@@ -1758,8 +1793,9 @@ unsafe extern "C" fn op_post_recv(
         }
         wr = w.next;
     }
-    if st.uc {
-        // In place before the call returns (uc.rs).
+    if barrier {
+        // In place before the call returns (uc.rs): UD, like UC, drops a datagram that
+        // finds no receive.
         crate::uc::barrier(st.mode);
     }
     0
@@ -1961,23 +1997,70 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
 
 #[export_name = "ferroce_v_ibv_init_ah_from_wc"]
 pub unsafe extern "C" fn ibv_init_ah_from_wc(
-    _c: *mut ibv_context,
-    _port: u8,
-    _wc: *mut ibv_wc,
-    _grh: *mut ibv_grh,
-    _attr: *mut ibv_ah_attr,
+    c: *mut ibv_context,
+    port: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    attr: *mut ibv_ah_attr,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    // SAFETY: `c` is a context this library returned from ibv_open_device; ctx_of checks null.
+    if unsafe { ctx_of(c) }.is_none() || wc.is_null() || attr.is_null() || port != 1 {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller's work completion.
+    let w = unsafe { &*wc };
+    // A RoCE port needs the GRH to answer (rdma-core: the address is the GID).
+    if w.wc_flags & IBV_WC_GRH == 0 || grh.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: verbs' GRH area is the first 40 bytes of the receive buffer, `grh` points to it.
+    let g = unsafe { std::ptr::read_unaligned(grh as *const [u8; 40]) };
+    // RoCEv2 over IPv4 (what both devices write): the IPv4 header in the last 20 bytes. The
+    // reply goes to its source from this host's IPv4 GID (rdma-core's set_ah_attr_by_ipv4
+    // does the same).
+    let Some((src, ttl, tos)) = crate::ud_roce::ipv4_of_grh(&g) else {
+        return libc::EINVAL;
+    };
+    let mut a = ibv_ah_attr {
+        dlid: w.slid,
+        sl: w.sl,
+        src_path_bits: w.dlid_path_bits,
+        is_global: 1,
+        port_num: port,
+        ..Default::default()
+    };
+    // SAFETY: writing the raw bytes of a plain-data union.
+    unsafe {
+        a.grh.dgid.raw[10] = 0xff;
+        a.grh.dgid.raw[11] = 0xff;
+        a.grh.dgid.raw[12..16].copy_from_slice(&src.octets());
+    }
+    a.grh.sgid_index = 1; // ::ffff:a.b.c.d, this host's RoCEv2 IPv4 GID
+    a.grh.hop_limit = ttl;
+    a.grh.traffic_class = tos;
+    // SAFETY: the caller's out-parameter.
+    unsafe { attr.write(a) };
+    0
 }
 
 #[export_name = "ferroce_v_ibv_create_ah_from_wc"]
 pub unsafe extern "C" fn ibv_create_ah_from_wc(
-    _pd: *mut ibv_pd,
-    _wc: *mut ibv_wc,
-    _grh: *mut ibv_grh,
-    _port: u8,
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port: u8,
 ) -> *mut ibv_ah {
-    fail(libc::EOPNOTSUPP, "")
+    if pd.is_null() {
+        return fail(libc::EINVAL, "ibv_create_ah_from_wc");
+    }
+    let mut a = ibv_ah_attr::default();
+    // SAFETY: a live PD's context, the caller's WC and GRH (checked inside).
+    let r = unsafe { ibv_init_ah_from_wc((*pd).context, port, wc, grh, &mut a) };
+    if r != 0 {
+        return fail(r, "ibv_create_ah_from_wc");
+    }
+    // SAFETY: a live PD and the attributes just built.
+    unsafe { ibv_create_ah(pd, &mut a) }
 }
 
 #[export_name = "ferroce_v_ibv_attach_mcast"]

@@ -202,6 +202,7 @@ impl Connection {
                     op,
                     byte_len: w.len,
                     imm: None,
+                    ud_src: None,
                 });
             }
         }
@@ -221,6 +222,7 @@ impl Connection {
                     op: CompletionOp::Recv,
                     byte_len: 0,
                     imm: None,
+                    ud_src: None,
                 });
             }
         }

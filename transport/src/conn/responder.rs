@@ -473,6 +473,7 @@ impl Connection {
                         op: CompletionOp::Recv,
                         byte_len: 0,
                         imm: None,
+                        ud_src: None,
                     });
                 }
                 failed = true;
@@ -519,6 +520,7 @@ impl Connection {
                         op,
                         byte_len: msg.length,
                         imm,
+                        ud_src: None,
                     });
                 }
             }

@@ -200,6 +200,7 @@ impl Connection {
                             op: CompletionOp::Recv,
                             byte_len: 0,
                             imm: None,
+                            ud_src: None,
                         });
                         drop_rest(rx);
                         return Verdict::Accept;
@@ -262,6 +263,7 @@ impl Connection {
                     op: CompletionOp::Recv,
                     byte_len: 0,
                     imm: None,
+                    ud_src: None,
                 });
             }
             drop_rest(rx);
@@ -291,6 +293,7 @@ impl Connection {
                 op,
                 byte_len: m.length,
                 imm,
+                ud_src: None,
             });
         }
         Verdict::Accept

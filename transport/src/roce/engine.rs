@@ -5,6 +5,7 @@
 //! (peer address, destination QPN).
 
 use super::qp::{Ctx, Qp, QpState};
+use super::ud::{IpHeader, UdDest, UdQp};
 use super::wire::{self, Flow, Packet, PacketView, WireError, IPV4_HEADER_LEN, QPN_MASK};
 use super::{RoceConfig, RoceCounters};
 use crate::api::*;
@@ -60,6 +61,10 @@ pub struct RoceEndpoint {
     peers: Vec<Ipv4Addr>,
     qps: Vec<Qp>,
     by_key: HashMap<(Ipv4Addr, u32), usize>,
+    /// UD QPs (no peer: found by QPN alone).
+    ud: Vec<UdQp>,
+    ud_by_qpn: HashMap<u32, usize>,
+    /// Round robin over `qps` then `ud`.
     rr: usize,
     completions: VecDeque<Completion>,
     events: VecDeque<Event>,
@@ -73,6 +78,8 @@ impl RoceEndpoint {
             peers: Vec::new(),
             qps: Vec::new(),
             by_key: HashMap::default(),
+            ud: Vec::new(),
+            ud_by_qpn: HashMap::default(),
             rr: 0,
             completions: VecDeque::new(),
             events: VecDeque::new(),
@@ -142,9 +149,82 @@ impl RoceEndpoint {
         if let Some(moved) = self.qps.get(i) {
             self.by_key.insert((moved.peer, moved.local_qpn), i);
         }
-        if self.rr >= self.qps.len() {
+        if self.rr >= self.qps.len() + self.ud.len() {
             self.rr = 0;
         }
+        Ok(())
+    }
+
+    /// Create a UD QP (spec/rocev2.md §6.9): it sends to any address and QPN a work request
+    /// names, and takes datagrams from anyone that names its QPN and Q_Key.
+    pub fn create_ud_qp(
+        &mut self,
+        qpn: u32,
+        pd: u32,
+        qkey: u32,
+        sq_psn: u32,
+    ) -> Result<(), PostError> {
+        if qpn > QPN_MASK {
+            return Err(PostError::UnknownStream);
+        }
+        if self.ud_by_qpn.contains_key(&qpn) {
+            return Err(PostError::StreamExists);
+        }
+        self.ud_by_qpn.insert(qpn, self.ud.len());
+        self.ud.push(UdQp::new(qpn, pd, qkey, sq_psn));
+        Ok(())
+    }
+
+    /// Remove a UD QP; its queued work requests complete as flushed.
+    pub fn destroy_ud_qp(&mut self, qpn: u32) -> Result<(), PostError> {
+        let i = self
+            .ud_by_qpn
+            .remove(&qpn)
+            .ok_or(PostError::UnknownStream)?;
+        let mut q = self.ud.swap_remove(i);
+        q.flush(&mut self.completions, &mut self.counters);
+        if let Some(moved) = self.ud.get(i) {
+            self.ud_by_qpn.insert(moved.qpn, i);
+        }
+        if self.rr >= self.qps.len() + self.ud.len() {
+            self.rr = 0;
+        }
+        Ok(())
+    }
+
+    fn ud_index(&self, qpn: u32) -> Result<usize, PostError> {
+        self.ud_by_qpn
+            .get(&qpn)
+            .copied()
+            .ok_or(PostError::UnknownStream)
+    }
+
+    /// Change a UD QP's Q_Key (verbs `IBV_QP_QKEY`).
+    pub fn set_ud_qkey(&mut self, qpn: u32, qkey: u32) -> Result<(), PostError> {
+        let i = self.ud_index(qpn)?;
+        self.ud[i].set_qkey(qkey);
+        Ok(())
+    }
+
+    /// A UD QP's Q_Key.
+    pub fn ud_qkey(&self, qpn: u32) -> Option<u32> {
+        self.ud_index(qpn).ok().map(|i| self.ud[i].qkey())
+    }
+
+    /// Queue a datagram on UD QP `qpn`: a SEND (with or without immediate). One longer than
+    /// [`RoceConfig::ud_mtu`] completes successfully without a packet, as IBTA C10-93.1.1
+    /// and rxe have it.
+    pub fn post_ud_send(&mut self, qpn: u32, dest: UdDest, wr: SendWr) -> Result<(), PostError> {
+        let i = self.ud_index(qpn)?;
+        let mtu = self.cfg.ud_mtu;
+        self.ud[i].post_send(mtu, dest, wr)
+    }
+
+    /// Queue a receive on UD QP `qpn`: it needs room for the 40-byte GRH area and the
+    /// payload.
+    pub fn post_ud_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), PostError> {
+        let i = self.ud_index(qpn)?;
+        self.ud[i].post_recv(wr);
         Ok(())
     }
 
@@ -266,7 +346,11 @@ impl RoceEndpoint {
                 return;
             }
         }
-        self.handle_ib(now, src, ce, data, mem);
+        let ip = IpHeader::Canonical {
+            src_port,
+            udp_payload_len: data.len(),
+        };
+        self.handle_ib(now, src, ce, ip, data, mem);
     }
 
     /// A datagram with its real IPv4 header (`ip_hdr`, options included) and UDP header:
@@ -292,7 +376,7 @@ impl RoceEndpoint {
         }
         let src = Ipv4Addr::new(ip_hdr[12], ip_hdr[13], ip_hdr[14], ip_hdr[15]);
         let ce = ip_hdr[1] & 3 == 3;
-        self.handle_ib(now, src, ce, data, mem);
+        self.handle_ib(now, src, ce, IpHeader::Real(ip_hdr), data, mem);
     }
 
     fn check<'a>(&mut self, data: &'a [u8]) -> Option<PacketView<&'a [u8]>> {
@@ -309,7 +393,15 @@ impl RoceEndpoint {
         }
     }
 
-    fn handle_ib(&mut self, now: u64, src: Ipv4Addr, ce: bool, data: &[u8], mem: &mut dyn Memory) {
+    fn handle_ib(
+        &mut self,
+        now: u64,
+        src: Ipv4Addr,
+        ce: bool,
+        ip: IpHeader<'_>,
+        data: &[u8],
+        mem: &mut dyn Memory,
+    ) {
         let pkt = match Packet::parse(data) {
             Ok(p) => p,
             Err(_) => {
@@ -319,6 +411,32 @@ impl RoceEndpoint {
         };
         if pkt.bth.tver != 0 || (pkt.bth.pkey & 0x7fff) != (self.cfg.pkey & 0x7fff) {
             self.counters.rx_bad_bth += 1;
+            return;
+        }
+        if pkt.bth.opcode.is_ud() {
+            let Some(&i) = self.ud_by_qpn.get(&pkt.bth.dest_qpn) else {
+                self.counters.rx_unknown_qp += 1;
+                return;
+            };
+            self.counters.rx_pkts += 1;
+            if ce {
+                self.counters.rx_ecn_ce += 1;
+            }
+            let RoceEndpoint {
+                cfg,
+                ud,
+                completions,
+                counters,
+                ..
+            } = self;
+            let mut ctx = Ctx {
+                cfg,
+                mem,
+                completions,
+                counters,
+                now,
+            };
+            ud[i].on_packet(&mut ctx, src, ip, &pkt);
             return;
         }
         let Some(&i) = self.by_key.get(&(src, pkt.bth.dest_qpn)) else {
@@ -354,10 +472,31 @@ impl RoceEndpoint {
         buf: &mut [u8],
         mem: &mut dyn Memory,
     ) -> Option<Transmit> {
-        let n = self.qps.len();
+        loop {
+            let t = self.next_transmit(now, buf, mem)?;
+            if t.dst != self.cfg.local_ip || buf[0] & 0xe0 != wire::UD_PREFIX {
+                return Some(t);
+            }
+            // A UD datagram to this host's own address: a NIC loops it back without the
+            // wire (sent there, it would never come back).
+            let d = buf[..t.len].to_vec();
+            self.counters.ud_looped_back += 1;
+            self.handle_datagram(now, t.dst, t.src_port, false, &d, mem);
+        }
+    }
+
+    fn next_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+    ) -> Option<Transmit> {
+        let nrc = self.qps.len();
+        let n = nrc + self.ud.len();
         let RoceEndpoint {
             cfg,
             qps,
+            ud,
             completions,
             counters,
             rr,
@@ -372,6 +511,26 @@ impl RoceEndpoint {
         };
         for k in 0..n {
             let i = (*rr + k) % n;
+            if i >= nrc {
+                let q = &mut ud[i - nrc];
+                if !q.has_work() {
+                    continue;
+                }
+                let src_port = super::engine::qp_source_port(q.qpn);
+                if let Some((len, dst)) = q.poll_transmit(&mut ctx, buf) {
+                    *rr = (i + 1) % n;
+                    ctx.counters.tx_pkts += 1;
+                    ctx.counters.tx_bytes += len as u64;
+                    return Some(Transmit {
+                        dst,
+                        src_port,
+                        dst_port: wire::UDP_PORT,
+                        len,
+                        port: 0,
+                    });
+                }
+                continue;
+            }
             let qp = &mut qps[i];
             if let Some(len) = qp.poll_transmit(&mut ctx, buf) {
                 *rr = (i + 1) % n;

@@ -1,4 +1,5 @@
-//! RoCEv2 (IBTA RC over UDP 4791): codec and go-back-N engine. See spec/rocev2.md.
+//! RoCEv2 (IBTA RC, UC and UD over UDP 4791): codec and go-back-N engine. See
+//! spec/rocev2.md.
 //!
 //! - [`wire`]: the BTH and extended transport headers, the ICRC, and the canonical IPv4/UDP
 //!   headers ferroce sends RoCEv2 datagrams with.
@@ -26,9 +27,11 @@
 
 pub mod engine;
 mod qp;
+pub mod ud;
 pub mod wire;
 
 pub use engine::{QpParams, RoceEndpoint};
+pub use ud::{UdDest, GRH_LEN};
 
 use std::net::Ipv4Addr;
 
@@ -72,6 +75,9 @@ pub struct RoceConfig {
     /// READ/ATOMIC requests a responder accepts outstanding and remembers for duplicates
     /// (verbs max_dest_rd_atomic). Default 16.
     pub max_dest_rd_atomic: u32,
+    /// Largest UD datagram payload: the port's MTU (one packet per datagram). Default
+    /// 1024.
+    pub ud_mtu: u32,
     /// Partition key of every QP. Default 0xffff.
     pub pkey: u16,
     /// Check the ICRC of received datagrams against the canonical headers. Default true.
@@ -97,6 +103,7 @@ impl RoceConfig {
             ack_every: 0,
             max_rd_atomic: 16,
             max_dest_rd_atomic: 16,
+            ud_mtu: 1024,
             pkey: wire::DEFAULT_PKEY,
             verify_icrc: true,
             initial_psn: None,
@@ -177,4 +184,16 @@ pub struct RoceCounters {
     pub uc_no_recv: u64,
     /// UC: WRITEs dropped for a bad length, R_Key or access, or no receive for the immediate.
     pub uc_refused: u64,
+    /// UD: datagrams sent.
+    pub ud_sent: u64,
+    /// UD: datagrams placed in a receive (successfully).
+    pub ud_delivered: u64,
+    /// UD: datagrams dropped because the DETH's Q_Key is not the QP's.
+    pub ud_bad_qkey: u64,
+    /// UD: datagrams dropped because no receive was posted.
+    pub ud_no_recv: u64,
+    /// UD: datagrams to this host's own address, delivered without the wire.
+    pub ud_looped_back: u64,
+    /// UD: sends longer than `ud_mtu`, completed without a packet (IBTA C10-93.1.1).
+    pub ud_too_long: u64,
 }

@@ -361,6 +361,7 @@ impl Qp {
             op: w.completion_op(),
             byte_len: if status == Status::Success { w.len } else { 0 },
             imm: None,
+            ud_src: None,
         });
     }
 
@@ -378,6 +379,7 @@ impl Qp {
             op,
             byte_len: 0,
             imm: None,
+            ud_src: None,
         });
     }
 
@@ -982,6 +984,7 @@ impl Qp {
                 op: CompletionOp::Recv,
                 byte_len: offset,
                 imm: pkt.ext.imm,
+                ud_src: None,
             });
         }
         self.resp.msn = psn::add(self.resp.msn, 1);
@@ -1024,6 +1027,7 @@ impl Qp {
                     op: CompletionOp::RecvWriteImm,
                     byte_len: total,
                     imm: Some(imm),
+                    ud_src: None,
                 });
             }
         }

@@ -15,7 +15,11 @@
 //! All multi-byte header fields are big-endian; the ICRC is little-endian on the wire.
 
 use core::fmt;
-use std::net::Ipv4Addr;
+
+mod ip;
+mod opcode;
+pub use ip::*;
+pub use opcode::*;
 
 /// UDP destination port of RoCEv2 (IANA).
 pub const UDP_PORT: u16 = 4791;
@@ -35,6 +39,8 @@ pub const IMM_LEN: usize = 4;
 pub const IETH_LEN: usize = 4;
 /// Reserved bytes after the BTH of a RoCEv2 congestion notification packet (Annex A17).
 pub const CNP_RESERVED_LEN: usize = 16;
+/// Datagram extended transport header: Q_Key, reserved byte, source QP (UD).
+pub const DETH_LEN: usize = 8;
 /// Invariant CRC trailer.
 pub const ICRC_LEN: usize = 4;
 /// Length of the IPv4 header ferroce sends (no options).
@@ -51,346 +57,17 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 /// the value rxe always sends).
 pub const CREDITS_INVALID: u8 = 0x1f;
 
-/// Transport prefix of the unreliable connected (UC) opcodes (IBTA vol. 1 §9.2: bits 7..5 of
-/// the opcode byte, 001).
-pub const UC_PREFIX: u8 = 0x20;
-
-/// BTH opcodes of the reliable connected (RC) transport (IBTA vol. 1 §9.2 opcode table, prefix 000)
-/// plus the RoCEv2 congestion notification packet (Annex A17).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Opcode {
-    SendFirst = 0x00,
-    SendMiddle = 0x01,
-    SendLast = 0x02,
-    SendLastImm = 0x03,
-    SendOnly = 0x04,
-    SendOnlyImm = 0x05,
-    WriteFirst = 0x06,
-    WriteMiddle = 0x07,
-    WriteLast = 0x08,
-    WriteLastImm = 0x09,
-    WriteOnly = 0x0a,
-    WriteOnlyImm = 0x0b,
-    ReadRequest = 0x0c,
-    ReadResponseFirst = 0x0d,
-    ReadResponseMiddle = 0x0e,
-    ReadResponseLast = 0x0f,
-    ReadResponseOnly = 0x10,
-    Acknowledge = 0x11,
-    AtomicAcknowledge = 0x12,
-    CompareSwap = 0x13,
-    FetchAdd = 0x14,
-    SendLastInv = 0x16,
-    SendOnlyInv = 0x17,
-    /// RoCEv2 CNP (DCQCN congestion notification).
-    Cnp = 0x81,
-}
-
-/// Which extended headers an opcode carries, and whether a payload may follow.
-mod layout {
-    pub const RETH: u8 = 1 << 0;
-    pub const AETH: u8 = 1 << 1;
-    pub const ATOMIC: u8 = 1 << 2;
-    pub const ATOMIC_ACK: u8 = 1 << 3;
-    pub const IMM: u8 = 1 << 4;
-    pub const IETH: u8 = 1 << 5;
-    pub const PAYLOAD: u8 = 1 << 6;
-    pub const CNP: u8 = 1 << 7;
-}
-
-/// Where a packet sits in its message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Position {
-    First,
-    Middle,
-    Last,
-    Only,
-}
-
-impl Position {
-    /// Position of packet `k` (0-based) of a message of `n` packets.
-    pub fn of(k: u32, n: u32) -> Position {
-        match (k == 0, k + 1 >= n) {
-            (true, true) => Position::Only,
-            (true, false) => Position::First,
-            (false, true) => Position::Last,
-            (false, false) => Position::Middle,
-        }
-    }
-    /// Starts a message.
-    pub fn is_first(self) -> bool {
-        matches!(self, Position::First | Position::Only)
-    }
-    /// Ends a message.
-    pub fn is_last(self) -> bool {
-        matches!(self, Position::Last | Position::Only)
-    }
-}
-
-/// The operation family of an opcode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OpKind {
-    Send,
-    Write,
-    ReadRequest,
-    ReadResponse,
-    Acknowledge,
-    AtomicAcknowledge,
-    CompareSwap,
-    FetchAdd,
-    Cnp,
-}
-
-impl Opcode {
-    /// A BTH opcode byte: the RC opcodes (transport prefix 000) and the UC opcodes (prefix
-    /// 001: SEND and RDMA WRITE, IBTA vol. 1 §9.2 table 35). Returns the operation and
-    /// whether it is UC.
-    pub fn decode(v: u8) -> Option<(Opcode, bool)> {
-        if v & 0xe0 == UC_PREFIX {
-            // UC has only SEND and RDMA WRITE (first .. only with immediate): 0x20..=0x2b.
-            let op = Opcode::from_u8(v & 0x1f)?;
-            return matches!(op.kind(), OpKind::Send | OpKind::Write)
-                .then_some((op, true))
-                .filter(|_| !op.has_ieth());
-        }
-        Opcode::from_u8(v).map(|op| (op, false))
-    }
-
-    /// The opcode byte of this operation on the RC (`uc` false) or UC transport.
-    pub fn encode(self, uc: bool) -> u8 {
-        if uc {
-            self as u8 | UC_PREFIX
-        } else {
-            self as u8
-        }
-    }
-
-    /// The RC opcode of byte `v` (transport prefix 000, and the CNP).
-    pub fn from_u8(v: u8) -> Option<Opcode> {
-        use Opcode::*;
-        Some(match v {
-            0x00 => SendFirst,
-            0x01 => SendMiddle,
-            0x02 => SendLast,
-            0x03 => SendLastImm,
-            0x04 => SendOnly,
-            0x05 => SendOnlyImm,
-            0x06 => WriteFirst,
-            0x07 => WriteMiddle,
-            0x08 => WriteLast,
-            0x09 => WriteLastImm,
-            0x0a => WriteOnly,
-            0x0b => WriteOnlyImm,
-            0x0c => ReadRequest,
-            0x0d => ReadResponseFirst,
-            0x0e => ReadResponseMiddle,
-            0x0f => ReadResponseLast,
-            0x10 => ReadResponseOnly,
-            0x11 => Acknowledge,
-            0x12 => AtomicAcknowledge,
-            0x13 => CompareSwap,
-            0x14 => FetchAdd,
-            0x16 => SendLastInv,
-            0x17 => SendOnlyInv,
-            0x81 => Cnp,
-            _ => return None,
-        })
-    }
-
-    fn layout(self) -> u8 {
-        use layout::*;
-        use Opcode::*;
-        match self {
-            SendFirst | SendMiddle | SendLast | SendOnly => PAYLOAD,
-            SendLastImm | SendOnlyImm => IMM | PAYLOAD,
-            SendLastInv | SendOnlyInv => IETH | PAYLOAD,
-            WriteFirst | WriteOnly => RETH | PAYLOAD,
-            WriteMiddle | WriteLast => PAYLOAD,
-            WriteLastImm => IMM | PAYLOAD,
-            WriteOnlyImm => RETH | IMM | PAYLOAD,
-            ReadRequest => RETH,
-            ReadResponseFirst | ReadResponseLast | ReadResponseOnly => AETH | PAYLOAD,
-            ReadResponseMiddle => PAYLOAD,
-            Acknowledge => AETH,
-            AtomicAcknowledge => AETH | ATOMIC_ACK,
-            CompareSwap | FetchAdd => ATOMIC,
-            Cnp => CNP,
-        }
-    }
-
-    pub fn has_reth(self) -> bool {
-        self.layout() & layout::RETH != 0
-    }
-    pub fn has_aeth(self) -> bool {
-        self.layout() & layout::AETH != 0
-    }
-    pub fn has_atomic_eth(self) -> bool {
-        self.layout() & layout::ATOMIC != 0
-    }
-    pub fn has_atomic_ack_eth(self) -> bool {
-        self.layout() & layout::ATOMIC_ACK != 0
-    }
-    pub fn has_imm(self) -> bool {
-        self.layout() & layout::IMM != 0
-    }
-    pub fn has_ieth(self) -> bool {
-        self.layout() & layout::IETH != 0
-    }
-    /// Whether a payload may follow the headers.
-    pub fn has_payload(self) -> bool {
-        self.layout() & layout::PAYLOAD != 0
-    }
-
-    /// Length of the extended headers between the BTH and the payload.
-    pub fn ext_len(self) -> usize {
-        let l = self.layout();
-        let mut n = 0;
-        if l & layout::RETH != 0 {
-            n += RETH_LEN;
-        }
-        if l & layout::AETH != 0 {
-            n += AETH_LEN;
-        }
-        if l & layout::ATOMIC != 0 {
-            n += ATOMIC_ETH_LEN;
-        }
-        if l & layout::ATOMIC_ACK != 0 {
-            n += ATOMIC_ACK_ETH_LEN;
-        }
-        if l & layout::IMM != 0 {
-            n += IMM_LEN;
-        }
-        if l & layout::IETH != 0 {
-            n += IETH_LEN;
-        }
-        if l & layout::CNP != 0 {
-            n += CNP_RESERVED_LEN;
-        }
-        n
-    }
-
-    pub fn kind(self) -> OpKind {
-        use Opcode::*;
-        match self {
-            SendFirst | SendMiddle | SendLast | SendLastImm | SendOnly | SendOnlyImm
-            | SendLastInv | SendOnlyInv => OpKind::Send,
-            WriteFirst | WriteMiddle | WriteLast | WriteLastImm | WriteOnly | WriteOnlyImm => {
-                OpKind::Write
-            }
-            ReadRequest => OpKind::ReadRequest,
-            ReadResponseFirst | ReadResponseMiddle | ReadResponseLast | ReadResponseOnly => {
-                OpKind::ReadResponse
-            }
-            Acknowledge => OpKind::Acknowledge,
-            AtomicAcknowledge => OpKind::AtomicAcknowledge,
-            CompareSwap => OpKind::CompareSwap,
-            FetchAdd => OpKind::FetchAdd,
-            Cnp => OpKind::Cnp,
-        }
-    }
-
-    /// Position in the message for SEND, WRITE and READ response opcodes; `Only` for the
-    /// single-packet requests and responses.
-    pub fn position(self) -> Position {
-        use Opcode::*;
-        match self {
-            SendFirst | WriteFirst | ReadResponseFirst => Position::First,
-            SendMiddle | WriteMiddle | ReadResponseMiddle => Position::Middle,
-            SendLast | SendLastImm | SendLastInv | WriteLast | WriteLastImm | ReadResponseLast => {
-                Position::Last
-            }
-            _ => Position::Only,
-        }
-    }
-
-    /// Sent by a responder (ACK, READ response, ATOMIC ACK): handled by the requester side.
-    pub fn is_response(self) -> bool {
-        matches!(
-            self.kind(),
-            OpKind::ReadResponse | OpKind::Acknowledge | OpKind::AtomicAcknowledge
-        )
-    }
-
-    /// The SEND opcode for packet position `p`, with immediate data on the last packet.
-    pub fn send(p: Position, imm: bool) -> Opcode {
-        match (p, imm) {
-            (Position::First, _) => Opcode::SendFirst,
-            (Position::Middle, _) => Opcode::SendMiddle,
-            (Position::Last, false) => Opcode::SendLast,
-            (Position::Last, true) => Opcode::SendLastImm,
-            (Position::Only, false) => Opcode::SendOnly,
-            (Position::Only, true) => Opcode::SendOnlyImm,
-        }
-    }
-
-    /// The RDMA WRITE opcode for packet position `p`, with immediate data on the last packet.
-    pub fn write(p: Position, imm: bool) -> Opcode {
-        match (p, imm) {
-            (Position::First, _) => Opcode::WriteFirst,
-            (Position::Middle, _) => Opcode::WriteMiddle,
-            (Position::Last, false) => Opcode::WriteLast,
-            (Position::Last, true) => Opcode::WriteLastImm,
-            (Position::Only, false) => Opcode::WriteOnly,
-            (Position::Only, true) => Opcode::WriteOnlyImm,
-        }
-    }
-
-    /// The READ response opcode for packet position `p`.
-    pub fn read_response(p: Position) -> Opcode {
-        match p {
-            Position::First => Opcode::ReadResponseFirst,
-            Position::Middle => Opcode::ReadResponseMiddle,
-            Position::Last => Opcode::ReadResponseLast,
-            Position::Only => Opcode::ReadResponseOnly,
-        }
-    }
-
-    /// Short name in the style of Wireshark's dissector.
-    pub fn name(self) -> &'static str {
-        use Opcode::*;
-        match self {
-            SendFirst => "SEND_FIRST",
-            SendMiddle => "SEND_MIDDLE",
-            SendLast => "SEND_LAST",
-            SendLastImm => "SEND_LAST_IMM",
-            SendOnly => "SEND_ONLY",
-            SendOnlyImm => "SEND_ONLY_IMM",
-            WriteFirst => "RDMA_WRITE_FIRST",
-            WriteMiddle => "RDMA_WRITE_MIDDLE",
-            WriteLast => "RDMA_WRITE_LAST",
-            WriteLastImm => "RDMA_WRITE_LAST_IMM",
-            WriteOnly => "RDMA_WRITE_ONLY",
-            WriteOnlyImm => "RDMA_WRITE_ONLY_IMM",
-            ReadRequest => "RDMA_READ_REQUEST",
-            ReadResponseFirst => "RDMA_READ_RESPONSE_FIRST",
-            ReadResponseMiddle => "RDMA_READ_RESPONSE_MIDDLE",
-            ReadResponseLast => "RDMA_READ_RESPONSE_LAST",
-            ReadResponseOnly => "RDMA_READ_RESPONSE_ONLY",
-            Acknowledge => "ACKNOWLEDGE",
-            AtomicAcknowledge => "ATOMIC_ACKNOWLEDGE",
-            CompareSwap => "COMPARE_SWAP",
-            FetchAdd => "FETCH_ADD",
-            SendLastInv => "SEND_LAST_INVALIDATE",
-            SendOnlyInv => "SEND_ONLY_INVALIDATE",
-            Cnp => "CNP",
-        }
-    }
-}
-
-impl fmt::Display for Opcode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// A Q_Key with this bit set is "controlled": a UD send whose work request names one uses
+/// the sending QP's own Q_Key instead (IBTA vol. 1 §10.2.4; rxe and rdma-core do the same).
+pub const QKEY_CONTROLLED: u32 = 0x8000_0000;
 
 /// Why bytes could not be parsed or emitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WireError {
     /// Shorter than the BTH, the opcode's extended headers and the ICRC.
     Truncated,
-    /// An opcode this codec does not know (UD, RD, XRC, CNP-less prefixes and reserved
-    /// opcodes; of UC only SEND and RDMA WRITE are known).
+    /// An opcode this codec does not know (RD, XRC, CNP-less prefixes and reserved
+    /// opcodes; of UC only SEND and RDMA WRITE are known, of UD only the two SENDs).
     UnknownOpcode(u8),
     /// Inconsistent lengths (pad beyond the payload, payload on an opcode without one) or a
     /// representation whose extended headers do not match its opcode.
@@ -546,7 +223,9 @@ impl Bth {
         if b.len() < BTH_LEN {
             return Err(WireError::BufferTooSmall);
         }
-        if self.uc && !matches!(self.opcode.kind(), OpKind::Send | OpKind::Write) {
+        if self.uc
+            && (self.opcode.is_ud() || !matches!(self.opcode.kind(), OpKind::Send | OpKind::Write))
+        {
             return Err(WireError::Malformed("no such UC opcode"));
         }
         b[0] = self.opcode.encode(self.uc);
@@ -589,6 +268,39 @@ impl Reth {
         b[0..8].copy_from_slice(&self.va.to_be_bytes());
         b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
         b[12..16].copy_from_slice(&self.dma_len.to_be_bytes());
+        Ok(())
+    }
+}
+
+/// Datagram extended transport header (IBTA vol. 1 §9.3.2): the Q_Key the receiving UD QP
+/// checks and the sender's QP number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Deth {
+    pub qkey: u32,
+    /// Source QP (24 bits).
+    pub src_qpn: u32,
+    /// The reserved byte between them (sent as 0; kept for exact round trips).
+    pub resv: u8,
+}
+
+impl Deth {
+    pub fn parse(b: &[u8]) -> Result<Deth, WireError> {
+        if b.len() < DETH_LEN {
+            return Err(WireError::Truncated);
+        }
+        Ok(Deth {
+            qkey: be32(&b[0..4]),
+            resv: b[4],
+            src_qpn: be24(&b[5..8]),
+        })
+    }
+    pub fn emit(&self, b: &mut [u8]) -> Result<(), WireError> {
+        if b.len() < DETH_LEN {
+            return Err(WireError::BufferTooSmall);
+        }
+        b[0..4].copy_from_slice(&self.qkey.to_be_bytes());
+        b[4] = self.resv;
+        put24(&mut b[5..8], self.src_qpn);
         Ok(())
     }
 }
@@ -742,6 +454,8 @@ impl AtomicEth {
 /// The extended headers of one packet. Exactly the ones its opcode calls for are `Some`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ExtHeaders {
+    /// DETH (UD).
+    pub deth: Option<Deth>,
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
     pub atomic: Option<AtomicEth>,
@@ -757,13 +471,18 @@ pub struct ExtHeaders {
 
 impl ExtHeaders {
     /// Parse the extended headers of `opcode` from `b` (which starts right after the BTH), in
-    /// the order IBTA vol. 1 §9.2 gives: RETH/AtomicETH, AETH, AtomicAckETH, ImmDt/IETH.
+    /// the order IBTA vol. 1 §9.2 gives: DETH, RETH/AtomicETH, AETH, AtomicAckETH,
+    /// ImmDt/IETH.
     pub fn parse(opcode: Opcode, b: &[u8]) -> Result<ExtHeaders, WireError> {
         if b.len() < opcode.ext_len() {
             return Err(WireError::Truncated);
         }
         let mut e = ExtHeaders::default();
         let mut o = 0;
+        if opcode.has_deth() {
+            e.deth = Some(Deth::parse(&b[o..])?);
+            o += DETH_LEN;
+        }
         if opcode.has_reth() {
             e.reth = Some(Reth::parse(&b[o..])?);
             o += RETH_LEN;
@@ -798,7 +517,8 @@ impl ExtHeaders {
 
     /// Whether exactly the headers `opcode` calls for are present.
     pub fn matches(&self, opcode: Opcode) -> bool {
-        self.reth.is_some() == opcode.has_reth()
+        self.deth.is_some() == opcode.has_deth()
+            && self.reth.is_some() == opcode.has_reth()
             && self.aeth.is_some() == opcode.has_aeth()
             && self.atomic.is_some() == opcode.has_atomic_eth()
             && self.atomic_ack.is_some() == opcode.has_atomic_ack_eth()
@@ -820,6 +540,10 @@ impl ExtHeaders {
             return Err(WireError::BufferTooSmall);
         }
         let mut o = 0;
+        if let Some(d) = self.deth {
+            d.emit(&mut b[o..])?;
+            o += DETH_LEN;
+        }
         if let Some(r) = self.reth {
             r.emit(&mut b[o..])?;
             o += RETH_LEN;
@@ -892,6 +616,10 @@ impl<T: AsRef<[u8]>> PacketView<T> {
     /// The opcode is a UC one.
     pub fn is_uc(&self) -> bool {
         self.b()[0] & 0xe0 == UC_PREFIX
+    }
+    /// The opcode is a UD one.
+    pub fn is_ud(&self) -> bool {
+        self.b()[0] & 0xe0 == UD_PREFIX
     }
     pub fn solicited(&self) -> bool {
         self.b()[1] & 0x80 != 0
@@ -1068,130 +796,6 @@ pub fn pad_for(len: usize) -> u8 {
     ((4 - (len & 3)) & 3) as u8
 }
 
-/// The ICRC (IBTA vol. 1 §7.8 and Annex A17): CRC-32 (zlib) over 8 bytes of 0xFF standing for
-/// the absent LRH, the IPv4 header with TOS, TTL and header checksum set to all ones, the UDP
-/// header with the checksum set to all ones, and `ib` (BTH .. pad, without the ICRC) with
-/// BTH byte 4 (FECN, BECN, reserved) set to all ones. Never panics: short inputs are used as
-/// they are.
-pub fn icrc(ip_hdr: &[u8], udp_hdr: &[u8], ib: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&[0xff; 8]);
-    let mut ip = [0u8; 60];
-    let n = ip_hdr.len().min(60);
-    ip[..n].copy_from_slice(&ip_hdr[..n]);
-    for (i, v) in [(1, 0xff), (8, 0xff), (10, 0xff), (11, 0xff)] {
-        if i < n {
-            ip[i] = v;
-        }
-    }
-    h.update(&ip[..n]);
-    if ip_hdr.len() > 60 {
-        h.update(&ip_hdr[60..]);
-    }
-    let mut udp = [0u8; UDP_HEADER_LEN];
-    let n = udp_hdr.len().min(UDP_HEADER_LEN);
-    udp[..n].copy_from_slice(&udp_hdr[..n]);
-    for b in udp.iter_mut().take(n).skip(6) {
-        *b = 0xff;
-    }
-    h.update(&udp[..n]);
-    if ib.len() > 4 {
-        h.update(&ib[..4]);
-        h.update(&[0xff]);
-        h.update(&ib[5..]);
-    } else {
-        h.update(ib);
-    }
-    h.finalize()
-}
-
-/// The addressing of one datagram: enough to build its canonical IPv4 and UDP headers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Flow {
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
-    pub src_port: u16,
-    pub dst_port: u16,
-}
-
-impl Flow {
-    /// The canonical headers for a UDP payload of `udp_payload_len` bytes.
-    pub fn headers(&self, udp_payload_len: usize) -> [u8; IPV4_HEADER_LEN + UDP_HEADER_LEN] {
-        ipv4_udp_headers(
-            self.src,
-            self.dst,
-            self.src_port,
-            self.dst_port,
-            udp_payload_len,
-        )
-    }
-}
-
-/// TOS byte of the canonical IPv4 header: DSCP 0, ECN ECT(0). (TOS is masked by the ICRC, so
-/// an embedder may send another DSCP/ECN value without changing the ICRC.)
-pub const CANONICAL_TOS: u8 = 0x02;
-/// TTL of the canonical IPv4 header (masked by the ICRC).
-pub const CANONICAL_TTL: u8 = 64;
-/// Flags/fragment offset of the canonical IPv4 header: DF, offset 0.
-pub const CANONICAL_FLAGS_FRAG: u16 = 0x4000;
-/// Identification of the canonical IPv4 header. It is *not* masked by the ICRC, so every
-/// ferroce RoCEv2 datagram is sent with identification 0 (RFC 6864 allows any value on an
-/// atomic datagram, which DF makes it).
-pub const CANONICAL_IDENT: u16 = 0;
-
-/// The IPv4 header (20 bytes, no options) and UDP header (8 bytes) ferroce sends a RoCEv2
-/// datagram with: version 4, IHL 5, TOS [`CANONICAL_TOS`], total length 28 +
-/// `udp_payload_len`, identification 0, DF, TTL 64, protocol 17, a correct header checksum,
-/// the addresses; UDP ports, length 8 + `udp_payload_len`, checksum 0 (RoCEv2 sends none).
-/// Lengths beyond 65 507 payload bytes saturate (such datagrams cannot be sent).
-/// Deterministic: the DPDK dataplane writes exactly these bytes, and the engine computes
-/// (and checks) the ICRC over them.
-pub fn ipv4_udp_headers(
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    src_port: u16,
-    dst_port: u16,
-    udp_payload_len: usize,
-) -> [u8; IPV4_HEADER_LEN + UDP_HEADER_LEN] {
-    let mut h = [0u8; IPV4_HEADER_LEN + UDP_HEADER_LEN];
-    let udp_len = (udp_payload_len + UDP_HEADER_LEN).min(65_535 - IPV4_HEADER_LEN) as u16;
-    let total = udp_len + IPV4_HEADER_LEN as u16;
-    h[0] = 0x45;
-    h[1] = CANONICAL_TOS;
-    h[2..4].copy_from_slice(&total.to_be_bytes());
-    h[4..6].copy_from_slice(&CANONICAL_IDENT.to_be_bytes());
-    h[6..8].copy_from_slice(&CANONICAL_FLAGS_FRAG.to_be_bytes());
-    h[8] = CANONICAL_TTL;
-    h[9] = 17;
-    h[12..16].copy_from_slice(&src.octets());
-    h[16..20].copy_from_slice(&dst.octets());
-    let ck = ipv4_checksum(&h[..IPV4_HEADER_LEN]);
-    h[10..12].copy_from_slice(&ck.to_be_bytes());
-    let u = &mut h[IPV4_HEADER_LEN..];
-    u[0..2].copy_from_slice(&src_port.to_be_bytes());
-    u[2..4].copy_from_slice(&dst_port.to_be_bytes());
-    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    h
-}
-
-/// RFC 791 header checksum of `hdr` (its checksum field taken as it is: pass it zeroed to
-/// compute, or filled to verify — a valid header sums to 0).
-pub fn ipv4_checksum(hdr: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for c in hdr.chunks(2) {
-        let w = if c.len() == 2 {
-            u16::from_be_bytes([c[0], c[1]])
-        } else {
-            u16::from_be_bytes([c[0], 0])
-        };
-        s += w as u32;
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
 /// RNR NAK timer codes (IBTA vol. 1 §9.7.5, RNR NAK timer encodings) in
 /// nanoseconds: code 0 is 655.36 ms, codes 1..=31 grow from 0.01 ms to 491.52 ms.
 pub const RNR_TIMER_NS: [u64; 32] = [
@@ -1244,132 +848,4 @@ pub fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn psn_arith() {
-        assert_eq!(psn::add(0xff_ffff, 1), 0);
-        assert_eq!(psn::diff(0, 0xff_ffff), 1);
-        assert_eq!(psn::diff(0xff_ffff, 0), -1);
-        assert!(psn::lt(0xff_fff0, 3));
-        assert!(psn::le(5, 5));
-    }
-
-    #[test]
-    fn syndromes_round_trip() {
-        for v in 0..=255u8 {
-            assert_eq!(Syndrome::from_u8(v).to_u8(), v);
-        }
-        assert_eq!(Syndrome::from_u8(0x1f), Syndrome::ACK);
-        assert_eq!(
-            Syndrome::from_u8(0x60),
-            Syndrome::Nak(NakCode::PsnSequenceError)
-        );
-        assert_eq!(Syndrome::from_u8(0x2c), Syndrome::RnrNak { timer: 12 });
-    }
-
-    #[test]
-    fn uc_opcodes() {
-        // IBTA table 35: UC is 0x20..=0x2b (SEND and RDMA WRITE); the rest of prefix 001 is
-        // reserved, and no other prefix but RC's parses.
-        for v in 0x20..=0xffu8 {
-            let known = Opcode::decode(v);
-            assert_eq!(
-                known.is_some(),
-                (0x20..=0x2b).contains(&v) || v == 0x81,
-                "{v:#x}"
-            );
-            if let Some((op, true)) = known {
-                assert_eq!(op.encode(true), v);
-                let mut bth = Bth::new(op, 7, 9);
-                bth.uc = true;
-                let mut b = [0u8; BTH_LEN];
-                bth.emit(&mut b).unwrap();
-                assert_eq!(b[0], v);
-                assert_eq!(Bth::parse(&b).unwrap(), bth);
-            }
-        }
-        // A UC READ or ACK does not exist: refused on emit.
-        let mut bth = Bth::new(Opcode::ReadRequest, 7, 9);
-        bth.uc = true;
-        assert!(bth.emit(&mut [0u8; BTH_LEN]).is_err());
-        assert_eq!(Opcode::decode(0x04), Some((Opcode::SendOnly, false)));
-    }
-
-    #[test]
-    fn emit_parse_every_opcode() {
-        for v in 0..=255u8 {
-            let Some(op) = Opcode::from_u8(v) else {
-                continue;
-            };
-            let payload: &[u8] = if op.has_payload() { b"hello" } else { b"" };
-            let mut bth = Bth::new(op, 0x12_3456, 0xab_cdef);
-            bth.pad = pad_for(payload.len());
-            bth.ack_req = true;
-            let ext = ExtHeaders {
-                reth: op.has_reth().then_some(Reth {
-                    va: 0x1122_3344_5566_7788,
-                    rkey: 0xdead_beef,
-                    dma_len: 5,
-                }),
-                aeth: op.has_aeth().then_some(Aeth {
-                    syndrome: Syndrome::ACK,
-                    msn: 7,
-                }),
-                atomic: op.has_atomic_eth().then_some(AtomicEth {
-                    va: 8,
-                    rkey: 9,
-                    swap_add: 10,
-                    compare: 11,
-                }),
-                atomic_ack: op.has_atomic_ack_eth().then_some(42),
-                imm: op.has_imm().then_some(0x0102_0304),
-                ieth: op.has_ieth().then_some(0x55),
-                cnp: (op == Opcode::Cnp).then_some([0; CNP_RESERVED_LEN]),
-            };
-            let p = Packet { bth, ext, payload };
-            let flow = Flow {
-                src: Ipv4Addr::new(10, 0, 0, 1),
-                dst: Ipv4Addr::new(10, 0, 0, 2),
-                src_port: 0xc001,
-                dst_port: UDP_PORT,
-            };
-            let mut buf = [0u8; 128];
-            let n = p.emit_canonical(&mut buf, &flow).unwrap();
-            assert_eq!(n, p.buffer_len());
-            assert_eq!(n % 4, 0, "{op}");
-            let q = Packet::parse(&buf[..n]).unwrap();
-            assert_eq!(p, q);
-            let v = PacketView::new_checked(&buf[..n]).unwrap();
-            assert!(v.icrc_ok_canonical(&flow));
-            assert_eq!(v.psn(), 0xab_cdef);
-            assert_eq!(v.dest_qpn(), 0x12_3456);
-        }
-    }
-
-    #[test]
-    fn checksum_of_canonical_header_verifies() {
-        let h = ipv4_udp_headers(
-            Ipv4Addr::new(10, 77, 0, 3),
-            Ipv4Addr::new(10, 77, 0, 2),
-            49441,
-            UDP_PORT,
-            272,
-        );
-        assert_eq!(ipv4_checksum(&h[..20]), 0);
-        assert_eq!(u16::from_be_bytes([h[2], h[3]]), 300);
-        assert_eq!(u16::from_be_bytes([h[24], h[25]]), 280);
-    }
-
-    #[test]
-    fn never_panics_on_short_or_odd_input() {
-        for len in 0..40 {
-            for fill in [0u8, 0x11, 0xff, 0x35] {
-                let b = vec![fill; len];
-                let _ = Packet::parse(&b);
-                let _ = icrc(&b, &b, &b);
-            }
-        }
-    }
-}
+mod tests;
