@@ -38,6 +38,7 @@ pub mod sys;
 pub mod uc;
 pub mod ud;
 pub mod verbs;
+pub mod wr;
 
 /// Where the build put the stub `libmlx5.so.1`, `libefa.so.1` and `libmlx4.so.1`.
 pub const STUB_DIR: &str = env!("FERROCE_VERBS_STUB_DIR");

@@ -15,7 +15,7 @@ use crate::state::{
 };
 use crate::sys::*;
 use ferroce_dataplane::engine::Command;
-use ferroce_transport::{RecvWr, SendOp, SendWr, SgList, Sge};
+use ferroce_transport::{RecvWr, SendWr, SgList, Sge};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::mem::{offset_of, size_of};
 use std::net::Ipv4Addr;
@@ -1541,7 +1541,12 @@ unsafe extern "C" fn op_post_send(
     while !wr.is_null() {
         // SAFETY: the caller's work request chain.
         let w = unsafe { &*wr };
-        if w.num_sge < 0 || w.num_sge as u32 > q.max_sge.0 {
+        let lim = crate::wr::SendLimits {
+            max_sge: q.max_sge.0,
+            max_inline: st.max_inline.max(MAX_INLINE),
+            uc: st.uc,
+        };
+        if !crate::wr::num_sge_ok(w.num_sge, &lim) {
             set_bad(wr);
             return libc::EINVAL;
         }
@@ -1549,59 +1554,16 @@ unsafe extern "C" fn op_post_send(
             set_bad(wr);
             return libc::EINVAL;
         };
-        if st.uc && !crate::uc::opcode_ok(w.opcode) {
-            set_bad(wr);
-            return libc::EINVAL;
-        }
-        // SAFETY: reading the union members the opcode selects.
-        let (rdma, atomic, imm) = unsafe { (w.wr.rdma, w.wr.atomic, w.__bindgen_anon_1.imm_data) };
-        let imm = u32::from_be(imm);
-        let op = match w.opcode {
-            IBV_WR_SEND => SendOp::Send { imm: None },
-            IBV_WR_SEND_WITH_IMM => SendOp::Send { imm: Some(imm) },
-            IBV_WR_RDMA_WRITE => SendOp::Write {
-                rkey: rdma.rkey,
-                raddr: rdma.remote_addr,
-                imm: None,
-            },
-            IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::Write {
-                rkey: rdma.rkey,
-                raddr: rdma.remote_addr,
-                imm: Some(imm),
-            },
-            IBV_WR_RDMA_READ => SendOp::Read {
-                rkey: rdma.rkey,
-                raddr: rdma.remote_addr,
-            },
-            IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
-                rkey: atomic.rkey,
-                raddr: atomic.remote_addr,
-                add: atomic.compare_add,
-            },
-            IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::CmpSwap {
-                rkey: atomic.rkey,
-                raddr: atomic.remote_addr,
-                compare: atomic.compare_add,
-                swap: atomic.swap,
-            },
-            _ => {
+        let d = match crate::wr::decode_send(w, &sgl, &lim) {
+            Ok(d) => d,
+            Err(e) => {
                 set_bad(wr);
-                return libc::EINVAL;
+                return e;
             }
         };
-        let flags = w.send_flags;
+        let op = d.op;
         let mut owned_key = 0;
-        if flags & IBV_SEND_INLINE != 0
-            && matches!(
-                w.opcode,
-                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
-            )
-        {
-            let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
-            if total > st.max_inline.max(MAX_INLINE) as u64 {
-                set_bad(wr);
-                return libc::EINVAL;
-            }
+        if let Some(total) = d.inline_len {
             let mut data = Vec::with_capacity(total as usize);
             for s in &sgl {
                 // SAFETY: inline data is read from the application's memory at post time
@@ -1621,7 +1583,7 @@ unsafe extern "C" fn op_post_send(
                 len: total as u32,
             });
         }
-        let signaled = st.sq_sig_all || flags & IBV_SEND_SIGNALED != 0;
+        let signaled = st.sq_sig_all || d.signaled;
         let id = new_wr_id();
         lock(&global().wrs).insert(
             id,
@@ -1642,8 +1604,8 @@ unsafe extern "C" fn op_post_send(
             // completions of unsignalled ones (so inline copies are freed and the send queue
             // accounting is exact).
             signaled: true,
-            solicited: flags & IBV_SEND_SOLICITED != 0,
-            fence: flags & IBV_SEND_FENCE != 0,
+            solicited: d.solicited,
+            fence: d.fence,
         };
         submit(st, Pending::Send(swr));
         wr = w.next;
