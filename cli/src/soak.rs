@@ -421,3 +421,41 @@ fn tamper_read_source(soak: &mut SimSoak) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(f: impl Fn(f64) -> u64) -> Vec<MemSample> {
+        (0..=60)
+            .map(|i| {
+                let t = i as f64 * 10.0;
+                MemSample {
+                    t_s: t,
+                    live_bytes: Some(f(t) as i64),
+                    rss_bytes: Some(f(t)),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_slope_is_least_squares_per_minute_after_warm_up() {
+        assert_eq!(slope(&[(0.0, 1.0), (1.0, 3.0)]), None);
+        let s = slope(&[(0.0, 1.0), (1.0, 3.0), (2.0, 5.0), (3.0, 7.0)]).unwrap();
+        assert!((s - 2.0).abs() < 1e-12);
+        // 100 MiB, growing 1 MiB/s during the first 2 of 10 minutes, then flat with noise.
+        let base = 100u64 << 20;
+        let warm = MemReport::new(samples(|t| {
+            base + ((t.min(120.0)) as u64 * (1 << 20)) + (t as u64 % 3) * 4096
+        }));
+        assert_eq!(warm.warmup_s, 150.0);
+        assert!(warm.rss_slope_bytes_per_min.unwrap().abs() < 10_000.0);
+        assert_eq!(warm.rss_flat, Some(true));
+        // A leak of 2 MiB per minute over 10 minutes is not flat.
+        let leak = MemReport::new(samples(|t| base + (t / 60.0 * 2.0 * 1048576.0) as u64));
+        let s = leak.live_slope_bytes_per_min.unwrap();
+        assert!((s - 2.0 * 1048576.0).abs() < 1000.0, "{s}");
+        assert_eq!(leak.live_flat, Some(false));
+    }
+}
