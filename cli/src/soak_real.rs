@@ -1,11 +1,12 @@
 //! `ferroce soak real`: real packets between two DPDK engine processes (this program's
 //! `dataplane run`) in two network namespaces joined by a veth pair (net_af_packet), each
-//! with the engine's fault injector on its transmit side. The injector's settings are fixed for
-//! an engine's life, so the soak runs consecutive phases: each phase draws a new fault mix
-//! from the seed and runs a fresh client/server pair with a verified mixed workload sized to
-//! last about one phase. Both processes report what they verified (JSON on stdout); the soak
-//! samples both processes' RSS while they run. Native mode only: the engine's workload driver
-//! has no RoCEv2 mode.
+//! with the engine's fault injector on its transmit side, its mix drawn anew from the seed
+//! every epoch (the engine's `[[fault.schedule]]`), while one connection carries a verified
+//! mixed workload. The workload has a fixed number of messages, so the soak runs the pair
+//! again until the time is up: a short first run measures the rate, the next is sized to fill
+//! the rest. Both processes report what they verified (JSON on stdout); the soak samples both
+//! processes' RSS while they run. Native mode only: the engine's workload driver has no RoCEv2
+//! mode.
 
 use crate::format;
 use crate::soak::{mib, rss_of, write_json, MemReport, MemSample, SoakArgs};
@@ -20,9 +21,9 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug, Clone)]
 pub struct RealSoakArgs {
-    /// Seconds per phase (each phase: a new fault mix, a new pair of engine processes).
+    /// Seconds between two fault mixes.
     #[arg(long, default_value_t = 20.0)]
-    pub phase_s: f64,
+    pub epoch_s: f64,
     /// No injected faults.
     #[arg(long)]
     pub no_faults: bool,
@@ -38,7 +39,7 @@ const SIZES: &str = "[1, 64, 1000, 1408, 1409, 4097, 20000, 65536, 1048576]";
 /// Streams (QPs) of the one connection.
 const STREAMS: u32 = 3;
 
-/// One phase's injected faults (the engine's `[fault.tx]` keys), on both engines.
+/// One epoch's injected faults (the engine's `[fault.tx]` keys), on both engines.
 #[derive(Clone, Debug, Default, Serialize)]
 struct PhaseFaults {
     loss: f64,
@@ -76,10 +77,11 @@ impl PhaseFaults {
         f
     }
 
-    fn toml(&self, seed: u64) -> String {
+    /// The keys of one `[fault.tx]` table, inline.
+    fn toml(&self) -> String {
         format!(
-            "[fault.tx]\nloss = {}\nburst_enter = {}\nburst_exit = {}\nreorder = {}\n\
-             reorder_depth = 3\nduplicate = {}\ncorrupt = {}\necn_mark = {}\nseed = {seed}\n",
+            "loss = {}, burst_enter = {}, burst_exit = {}, reorder = {}, reorder_depth = 3, \
+             duplicate = {}, corrupt = {}, ecn_mark = {}",
             self.loss,
             self.burst_enter,
             self.burst_exit
@@ -89,6 +91,22 @@ impl PhaseFaults {
             self.corrupt,
             self.ecn_mark
         )
+    }
+
+    /// `[fault.tx]` with the first mix, then one `[[fault.schedule]]` per later epoch.
+    fn schedule_toml(mixes: &[PhaseFaults], epoch_s: f64, seed: u64) -> String {
+        let mut t = String::new();
+        if let Some(m) = mixes.first() {
+            t += &format!("[fault]\ntx = {{ {}, seed = {seed} }}\n", m.toml());
+        }
+        for (k, m) in mixes.iter().enumerate().skip(1) {
+            t += &format!(
+                "[[fault.schedule]]\nat_s = {}\ntx = {{ {} }}\n",
+                k as f64 * epoch_s,
+                m.toml()
+            );
+        }
+        t
     }
 
     fn describe(&self) -> String {
@@ -135,14 +153,19 @@ struct SideReport {
     rss_samples: Vec<MemSample>,
 }
 
+/// One run of the engine pair.
 #[derive(Clone, Debug, Serialize)]
 struct PhaseReport {
     phase: u32,
-    faults: PhaseFaults,
+    /// The fault mix of each epoch of this run (epoch k starts k * epoch_s after the first
+    /// frame); the engines' `fault_tx.changes` counters say how many came into force.
+    faults: Vec<PhaseFaults>,
     messages_per_stream: u32,
     wall_s: f64,
     client: SideReport,
     server: SideReport,
+    client_rss: MemReport,
+    server_rss: MemReport,
 }
 
 #[derive(Serialize)]
@@ -161,8 +184,9 @@ struct RealSoakJson {
     error_samples: Vec<String>,
     /// This (controlling) process's memory.
     memory: MemReport,
-    /// RSS of the client engines over the whole soak (each phase's process is new: the slope
-    /// is over phases' samples laid end to end).
+    epoch_s: f64,
+    /// RSS of the client and server engines of the longest run (every run's own figures are
+    /// in `phases`).
     client_rss: MemReport,
     server_rss: MemReport,
 }
@@ -215,8 +239,7 @@ fn spawn(ns: &str, cfg: &Path, out: &Path, err: &Path) -> Result<Proc, String> {
 fn config_text(
     side: usize,
     veth: &VethPair,
-    faults: &PhaseFaults,
-    seed: u64,
+    faults: &str,
     messages: u32,
     timeout_s: f64,
     wl_seed: u64,
@@ -252,8 +275,7 @@ timeout_s = {timeout_s}
 "#,
         iface = veth.ifname[side],
         addr = ENGINE[side],
-        tseed = seed.wrapping_mul(2).wrapping_add(side as u64),
-        faults = faults.toml(seed.wrapping_mul(7).wrapping_add(side as u64 + 1)),
+        tseed = wl_seed.wrapping_mul(2).wrapping_add(side as u64),
         peer = ENGINE[1],
     )
 }
@@ -307,41 +329,55 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
     }
     let t0 = Instant::now();
     let budget = Duration::from_secs_f64(a.minutes * 60.0);
-    let phase_s = r.phase_s.clamp(5.0, 600.0);
+    let epoch_s = r.epoch_s.clamp(1.0, 600.0);
     let every = Duration::from_secs_f64(a.every.max(0.5));
     let veth = VethPair::create("sk", KERNEL, 24).map_err(|e| format!("veth pair: {e}"))?;
     let dir = std::env::temp_dir().join(format!("ferroce-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let _cleanup = RemoveDir(dir.clone());
     eprintln!(
-        "ferroce soak real: two engines in namespaces {} and {} (veth {}/{}), phases of {phase_s:.0} s, \
+        "ferroce soak real: two engines in namespaces {} and {} (veth {}/{}), a new fault mix every {epoch_s:.0} s, \
          seed {}, {:.1} min, native mode",
         veth.ns[0], veth.ns[1], veth.ifname[0], veth.ifname[1], a.seed, a.minutes
     );
     let mut rng = Rng::derive(a.seed, 0x5ea1);
     let mut phases: Vec<PhaseReport> = Vec::new();
     let mut self_samples = vec![crate::soak::sample_self(t0)];
-    let (mut c_rss, mut s_rss) = (Vec::new(), Vec::new());
-    // Messages per stream for the first phase; later phases scale by the last phase's rate.
-    let mut messages: u32 = 400;
+    // Messages per stream of the first (short) run; the next is sized by its rate to fill the
+    // time left.
+    let mut messages: u32 = 300;
     let mut next_print = Instant::now() + every;
     let mut phase = 0u32;
     while t0.elapsed() < budget || phases.is_empty() {
         let left = budget.saturating_sub(t0.elapsed()).as_secs_f64();
-        let this_phase = phase_s.min(left.max(5.0));
-        let faults = if r.no_faults {
-            PhaseFaults::default()
+        if !phases.is_empty() && left < 10.0 {
+            break;
+        }
+        let expect_s = if phases.is_empty() {
+            15.0
         } else {
-            PhaseFaults::draw(&mut rng)
+            left.max(5.0)
         };
+        let timeout = expect_s * 3.0 + 30.0;
+        // Mixes for as long as the run can last (its timeout), one per epoch.
+        let epochs = (timeout / epoch_s).ceil() as usize + 1;
+        let mixes: Vec<PhaseFaults> = (0..epochs)
+            .map(|_| {
+                if r.no_faults {
+                    PhaseFaults::default()
+                } else {
+                    PhaseFaults::draw(&mut rng)
+                }
+            })
+            .collect();
         let seed = a.seed.wrapping_mul(1000).wrapping_add(phase as u64);
-        let timeout = this_phase * 3.0 + 30.0;
         let mut files = Vec::new();
         for side in 0..2 {
             // --tamper: the server runs another workload seed, so other operations and sizes
             // than the client sends: its checks must report them.
             let wl_seed = if a.tamper && side == 1 { 2 } else { 1 };
-            let text = config_text(side, &veth, &faults, seed, messages, timeout, wl_seed);
+            let faults = PhaseFaults::schedule_toml(&mixes, epoch_s, seed * 7 + side as u64 + 1);
+            let text = config_text(side, &veth, &faults, messages, timeout, wl_seed);
             let p = dir.join(format!("phase{phase}-{side}.toml"));
             std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
             files.push((
@@ -351,10 +387,10 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
             ));
         }
         eprintln!(
-            "[{:>6.1} s] phase {phase}: {} messages per stream, faults: {}",
+            "[{:>6.1} s] run {phase}: {} messages per stream, faults: {}",
             t0.elapsed().as_secs_f64(),
             messages,
-            faults.describe()
+            mixes[0].describe()
         );
         let pt = Instant::now();
         let mut server = spawn(&veth.ns[1], &files[1].0, &files[1].1, &files[1].2)?;
@@ -397,19 +433,20 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
                 let m = crate::soak::sample_self(t0);
                 self_samples.push(m);
                 let (mv, bv, ev) = totals(&phases);
+                let epoch = (pt.elapsed().as_secs_f64() / epoch_s) as usize;
                 eprintln!(
-                    "[{:>6.1} s] phase {phase} ({:.0} s in): before it {mv} messages, {} verified, \
-                     {ev} errors; rss client {} server {}; faults: {}",
+                    "[{:>6.1} s] run {phase} ({:.0} s in): before it {mv} messages, {} verified, \
+                     {ev} errors; rss client {} server {}; faults (epoch {epoch}): {}",
                     m.t_s,
                     pt.elapsed().as_secs_f64(),
-                    format::bytes(bv),
+                    mib(bv as f64),
                     cs.last()
                         .and_then(|s| s.rss_bytes)
                         .map_or("-".into(), |b| mib(b as f64)),
                     ss.last()
                         .and_then(|s| s.rss_bytes)
                         .map_or("-".into(), |b| mib(b as f64)),
-                    faults.describe()
+                    mixes[epoch.min(mixes.len() - 1)].describe()
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -423,40 +460,55 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
         drop(client);
         drop(server);
         let wall = pt.elapsed().as_secs_f64();
-        c_rss.extend(cs.iter().copied());
-        s_rss.extend(ss.iter().copied());
+        let to_run_time = |v: &[MemSample]| -> Vec<MemSample> {
+            let start = v.first().map_or(0.0, |s| s.t_s);
+            v.iter()
+                .map(|s| MemSample {
+                    t_s: s.t_s - start,
+                    ..*s
+                })
+                .collect()
+        };
+        let (client_rss, server_rss) = (
+            MemReport::new(to_run_time(&cs)),
+            MemReport::new(to_run_time(&ss)),
+        );
         let c = side_report(&last_json(&files[0].1), c_ok, &files[0].2, cs);
         let s = side_report(&last_json(&files[1].1), s_ok, &files[1].2, ss);
         eprintln!(
-            "[{:>6.1} s] phase {phase} done in {wall:.1} s: client {} ({} WRs, {}), server {} ({} receives), \
+            "[{:>6.1} s] run {phase} done in {wall:.1} s: client {} ({} WRs, {}), server {} ({} receives), \
              retransmits {}",
             t0.elapsed().as_secs_f64(),
             if c.ok { "ok" } else { "FAILED" },
             c.completed,
-            format::bytes(c.bytes),
+            mib(c.bytes as f64),
             if s.ok { "ok" } else { "FAILED" },
             s.completed,
             c.retx_pkts.unwrap_or(0) + s.retx_pkts.unwrap_or(0)
         );
         let this_messages = messages;
-        // Size the next phase from this one's rate (work requests per second).
+        // Size the next run from this one's rate (work requests per second) to fill the time
+        // left (a little less: faults of later epochs may be harder).
         let active = (wall - 0.5).max(0.5);
         if c.ok && c.completed > 0 {
             let per_stream_rate = c.completed as f64 / STREAMS as f64 / active;
-            messages = (per_stream_rate * phase_s * 0.8).clamp(50.0, 200_000.0) as u32;
+            let left = budget.saturating_sub(t0.elapsed()).as_secs_f64();
+            messages = (per_stream_rate * left * 0.85).clamp(50.0, 5_000_000.0) as u32;
         }
         phases.push(PhaseReport {
             phase,
-            faults,
+            faults: mixes,
             messages_per_stream: this_messages,
             wall_s: wall,
             client: c,
             server: s,
+            client_rss,
+            server_rss,
         });
         phase += 1;
         let failed = phases.last().is_some_and(|p| !(p.client.ok && p.server.ok));
         if failed {
-            eprintln!("ferroce soak real: phase {} failed; stopping", phase - 1);
+            eprintln!("ferroce soak real: run {} failed; stopping", phase - 1);
             break;
         }
     }
@@ -480,6 +532,11 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
         .take(20)
         .collect();
     let ok = errors == 0 && mv > 0 && phases.iter().all(|p| p.client.ok && p.server.ok);
+    let longest = phases
+        .iter()
+        .max_by(|x, y| x.wall_s.total_cmp(&y.wall_s))
+        .cloned()
+        .ok_or("no run")?;
     let j = RealSoakJson {
         kind: "real",
         mode: "native",
@@ -493,8 +550,9 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
         errors,
         error_samples,
         memory: MemReport::new(self_samples),
-        client_rss: MemReport::new(c_rss),
-        server_rss: MemReport::new(s_rss),
+        epoch_s,
+        client_rss: longest.client_rss,
+        server_rss: longest.server_rss,
         phases,
     };
     let path = a
@@ -503,7 +561,7 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
         .unwrap_or_else(|| PathBuf::from("out/soak-real.json"));
     write_json(&path, &j)?;
     println!(
-        "ferroce soak real: {}: {:.1} s, {} phases, {} messages and {} verified ({} receives), {} errors",
+        "ferroce soak real: {}: {:.1} s, {} runs of the engine pair, {} messages and {} verified ({} receives), {} errors",
         if ok { "PASS" } else { "FAIL" },
         j.wall_s,
         j.phases.len(),
@@ -515,7 +573,11 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
     for e in &j.error_samples {
         println!("  error: {e}");
     }
-    println!("{}", j.client_rss.describe("client engine"));
+    println!(
+        "{} (longest run, {:.0} s)",
+        j.client_rss.describe("client engine"),
+        longest.wall_s
+    );
     println!("{}", j.server_rss.describe("server engine"));
     println!("summary written to {}", path.display());
     Ok(ok)

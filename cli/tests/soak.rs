@@ -209,6 +209,13 @@ fn soak_real_short_run_two_engines_under_changing_faults() {
                 .is_some_and(|s| !s.is_empty()));
         }
     }
+    // The injector's mix changed while the engines ran (the schedule's steps came into force).
+    assert!(
+        phases
+            .iter()
+            .any(|p| p["client"]["fault_tx"]["changes"].as_u64().unwrap_or(0) > 0),
+        "no fault schedule step applied"
+    );
     assert_memory_fields(&v["client_rss"]);
     assert_memory_fields(&v["server_rss"]);
 }
@@ -222,7 +229,7 @@ fn soak_real_reports_a_mismatched_workload() {
     let d = tmp("realbad");
     let json = d.0.join("real.json");
     let (code, out, v) = soak(
-        &["real", "--minutes", "0.1", "--phase-s", "5", "--tamper"],
+        &["real", "--minutes", "0.1", "--epoch-s", "5", "--tamper"],
         &json,
         Duration::from_secs(200),
     );
