@@ -27,9 +27,9 @@ pub struct SoakArgs {
     /// Seconds between two progress lines (and memory samples).
     #[arg(long, default_value_t = 5.0, global = true)]
     pub every: f64,
-    /// Test only: make the run fail on purpose (sim: one byte of a server's READ source is
-    /// changed mid-run; real: the server expects other message sizes than the client sends),
-    /// to show that the checks catch it.
+    /// Test only: make the run fail on purpose (sim: the first MiB of a server's READ source
+    /// is changed mid-run; real: the server expects other operations and sizes than the client
+    /// sends), to show that the checks catch it.
     #[arg(long, hide = true, global = true)]
     pub tamper: bool,
 }
@@ -401,8 +401,8 @@ fn run_sim(a: &SoakArgs, s: &SimSoakArgs) -> Result<bool, String> {
     Ok(ok)
 }
 
-/// `--tamper`: change one byte of the first server's READ source, so the next READ over it
-/// must be reported wrong. Returns whether a byte was changed.
+/// `--tamper`: flip a bit in the first MiB of the first server's READ source, so the next
+/// READs over it must be reported wrong. Returns whether anything was changed.
 fn tamper_read_source(soak: &mut SimSoak) -> bool {
     let Some(f) = soak.flows.first().copied() else {
         return false;
