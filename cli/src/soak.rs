@@ -40,17 +40,19 @@ pub enum SoakWhich {
     /// streams, every operation, 0 B to 2 MiB, under a fault mix drawn anew every epoch.
     Sim(SimSoakArgs),
     /// Two DPDK engine processes in two network namespaces (veth, af_packet), the engine's
-    /// fault injector drawing a new mix every phase (needs root and DPDK).
+    /// fault injector drawing a new mix every epoch (needs root and DPDK).
     Real(crate::soak_real::RealSoakArgs),
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct SimSoakArgs {
+    /// Simulated hosts (every one a client and a server).
     #[arg(long, default_value_t = 8)]
     pub hosts: usize,
     /// Connections each host opens (to the next hosts in order).
     #[arg(long, default_value_t = 2)]
     pub conns: usize,
+    /// Streams (QPs) per connection.
     #[arg(long, default_value_t = 3)]
     pub streams: u32,
     /// Work requests per stream per round.
