@@ -283,6 +283,15 @@ fn run_sim(a: &SoakArgs, s: &SimSoakArgs) -> Result<bool, String> {
         epoch_ns: (s.epoch_ms.max(0.05) * 1e6) as u64,
         faults: !s.no_faults,
     };
+    let need = registered_bytes(&cfg);
+    if need > MAX_REGISTERED_BYTES {
+        return Err(format!(
+            "the soak would register {} of simulated host memory (limit {}): use a smaller \
+             --max-size, fewer --streams, --messages, --conns or --hosts",
+            format::bytes(need),
+            format::bytes(MAX_REGISTERED_BYTES)
+        ));
+    }
     let t0 = Instant::now();
     let budget = Duration::from_secs_f64(a.minutes * 60.0);
     let every = Duration::from_secs_f64(a.every.max(0.5));
@@ -401,6 +410,25 @@ fn run_sim(a: &SoakArgs, s: &SimSoakArgs) -> Result<bool, String> {
     println!("{}", j.memory.describe("process"));
     println!("summary written to {}", path.display());
     Ok(ok)
+}
+
+/// Largest simulated host memory the soak registers (the default soak needs about 1.6 GiB).
+const MAX_REGISTERED_BYTES: u64 = 8 << 30;
+
+/// Simulated memory the soak's hosts register: per server its write slots, per connection
+/// its receive buffers at the server and its send buffers at the client (harness::host; the
+/// soak posts 4 work requests and 4 receives per stream).
+fn registered_bytes(cfg: &SoakConfig) -> u64 {
+    let spec = ferroce_harness::WorkloadSpec {
+        streams: cfg.streams,
+        messages: cfg.messages,
+        sizes: cfg.sizes.clone(),
+        ..Default::default()
+    };
+    let max = spec.max_size() as u64;
+    let streams = cfg.streams as u64;
+    let conns = (cfg.hosts * cfg.conns_per_host.min(cfg.hosts - 1)) as u64;
+    cfg.hosts as u64 * streams * spec.write_slots() as u64 * max + conns * streams * 8 * max
 }
 
 /// `--tamper`: flip a bit in the first MiB of the first server's READ source, so the next
