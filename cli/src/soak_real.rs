@@ -36,6 +36,9 @@ const ENGINE: [&str; 2] = ["198.19.81.11", "198.19.81.12"];
 const OPS: &str = r#"["send", "send_imm", "write", "write_imm", "read", "fetch_add", "cmp_swap"]"#;
 /// (The engine's workload takes no zero-length messages; the simulator soak has them.)
 const SIZES: &str = "[1, 64, 1000, 1408, 1409, 4097, 20000, 65536, 1048576]";
+/// How long one engine of the pair may outlive the other (the server closes a few seconds
+/// after its client in a good run).
+const EXIT_GRACE: Duration = Duration::from_secs(30);
 /// Streams (QPs) of the one connection.
 const STREAMS: u32 = 3;
 
@@ -401,6 +404,7 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
         let (mut cs, mut ss) = (Vec::new(), Vec::new());
         let hard_limit = Duration::from_secs_f64(timeout + 30.0);
         let mut sample_at = Instant::now();
+        let mut one_exited: Option<Instant> = None;
         loop {
             let c_done = client.exited();
             let s_done = server.exited();
@@ -409,6 +413,14 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
             }
             if pt.elapsed() > hard_limit {
                 break;
+            }
+            // A server whose client is gone waits for its timeout (minutes): after a grace
+            // period the pair is over (what is still running is killed and reported failed).
+            if c_done || s_done {
+                let t = *one_exited.get_or_insert_with(Instant::now);
+                if t.elapsed() > EXIT_GRACE {
+                    break;
+                }
             }
             if Instant::now() >= sample_at {
                 sample_at += Duration::from_secs(1);
