@@ -130,8 +130,10 @@ ferroce_setup() {
         export PATH="$cargo_bin:$PATH"
     fi
 
-    # C compiler and linker: rustc links through cc.
-    if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
+    # C compiler and linker: rustc links through cc; the fuzz targets' libFuzzer (built by the
+    # libfuzzer-sys crate, scripts/fuzz) needs the C++ compiler too.
+    if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1 ||
+        ! command -v c++ >/dev/null 2>&1; then
         ferroce_apt_install build-essential
     fi
 

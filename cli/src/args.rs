@@ -32,6 +32,10 @@ pub enum Command {
     },
     /// Print the counters a running engine writes to its `[counters] json` file.
     Stats { file: PathBuf },
+    /// Run verified traffic under a changing mix of faults for as long as asked (`--minutes`),
+    /// on the simulator (`soak sim`) or with real packets between two DPDK engines (`soak
+    /// real`, root): progress every few seconds, a JSON summary with memory over time.
+    Soak(crate::soak::SoakArgs),
     /// Interop with Linux soft-RoCE: `ferroce interop rxe` boots rxe VMs (qemu) and runs the
     /// verbs programs against ferroce's RoCEv2 mode (needs root; `ferroce interop rxe --help`).
     Interop {

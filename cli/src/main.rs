@@ -6,6 +6,8 @@ mod bench;
 mod format;
 mod output;
 mod run;
+mod soak;
+mod soak_real;
 
 use args::{Cli, Command, DemoArgs, SimArgs};
 
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
             let code = ferroce_interop::main_interop(&args);
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
+        Command::Soak(a) => soak::run(&a),
         Command::Stats { file } => ferroce_dataplane::cli::print_stats_file(&file)
             .map(|_| true)
             .map_err(|e| format!("{}: {e}", file.display())),

@@ -148,7 +148,8 @@ pub struct ClientApp {
     next_done: Vec<u32>,
     atomic_val: Vec<u64>,
     expect: HashMap<u64, Expect>,
-    latencies_ns: Vec<u64>,
+    /// Completion latencies (bounded memory: a soak's client runs for many minutes).
+    latencies_ns: ferroce_workload::LatencyHist,
     pub errors: Vec<String>,
     pub completed: u64,
     pub bytes: u64,
@@ -182,7 +183,7 @@ impl ClientApp {
             next_done: vec![0; n],
             atomic_val: vec![0; n],
             expect: HashMap::default(),
-            latencies_ns: Vec::new(),
+            latencies_ns: Default::default(),
             errors: Vec::new(),
             completed: 0,
             bytes: 0,
@@ -427,7 +428,8 @@ impl ClientApp {
             }
             self.completed += 1;
         }
-        self.latencies_ns.push(x.posted.elapsed().as_nanos() as u64);
+        self.latencies_ns
+            .record(x.posted.elapsed().as_nanos() as u64);
         self.post_next(x.s);
         if self.next_done.iter().all(|&d| d >= self.spec.messages) && self.finished.is_none() {
             self.finished = Some(Instant::now());
@@ -443,15 +445,7 @@ impl ClientApp {
             (Some(a), None) => a.elapsed().as_secs_f64(),
             _ => 0.0,
         };
-        let mut l = self.latencies_ns.clone();
-        l.sort_unstable();
-        let q = |f: f64| {
-            if l.is_empty() {
-                0.0
-            } else {
-                l[((l.len() - 1) as f64 * f) as usize] as f64 / 1000.0
-            }
-        };
+        let q = |f: f64| self.latencies_ns.quantile(f) as f64 / 1000.0;
         let total = self.spec.streams as u64 * self.spec.messages as u64;
         let mut errors = self.errors.clone();
         if self.completed != total && errors.is_empty() {

@@ -69,6 +69,11 @@ loss = 0.0                   # 0.01 = 1 %
 reorder = 0.0
 # burst_enter = 0.001, burst_exit = 0.2, duplicate, corrupt, ecn_mark, seed
 
+# [[fault.schedule]]         # later settings of both directions (a soak's changing faults)
+# at_s = 30.0                # seconds after the first frame
+# tx = { loss = 0.02 }
+# rx = {}
+
 [engine]
 burst = 32
 idle_sleep_us = 20           # 0 with idle_polls_before_sleep = 0: pure polling

@@ -5,7 +5,7 @@
 
 use crate::app::{self, WorkloadResult};
 use crate::engine::{self, Engine, EngineParams};
-use crate::fault::FaultConfig;
+use crate::fault::{FaultConfig, FaultStep};
 use crate::net;
 use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
 use ferroce_workload::{OpKind, WorkloadSpec};
@@ -150,6 +150,8 @@ pub struct FaultSection {
     pub tx: FaultConfig,
     /// Faults on frames the engine receives.
     pub rx: FaultConfig,
+    /// Later settings of both directions, by time since the first frame.
+    pub schedule: Vec<FaultStep>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -529,6 +531,7 @@ impl Config {
         }
         self.fault.tx.validate("fault.tx").map_err(ConfigError)?;
         self.fault.rx.validate("fault.rx").map_err(ConfigError)?;
+        crate::fault::validate_schedule(&self.fault.schedule).map_err(ConfigError)?;
         match self.workload.role.as_str() {
             "none" => {}
             "server" => {
@@ -580,6 +583,7 @@ impl Config {
             neighbors: self.neighbors()?,
             fault_tx: self.fault.tx.clone(),
             fault_rx: self.fault.rx.clone(),
+            fault_schedule: self.fault.schedule.clone(),
             seed: self.transport.seed,
             pcap: self.capture.pcap.clone(),
             snaplen: self.capture.snaplen,

@@ -84,6 +84,35 @@ impl FaultConfig {
     }
 }
 
+/// A change of both directions' faults at `at_s` seconds after the engine's first frame
+/// (`[[fault.schedule]]` in the configuration): the injector's settings are otherwise fixed for
+/// the engine's life, and a soak wants them to change while its connections stay up. A step's
+/// `seed` is not used: the random sequence carries on from the engine's start.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultStep {
+    pub at_s: f64,
+    pub tx: FaultConfig,
+    pub rx: FaultConfig,
+}
+
+/// Check a schedule: times finite, not negative and in order, every step's settings valid.
+pub fn validate_schedule(steps: &[FaultStep]) -> Result<(), String> {
+    let mut last = 0.0;
+    for (i, s) in steps.iter().enumerate() {
+        if !s.at_s.is_finite() || s.at_s < last {
+            return Err(format!(
+                "config field `fault.schedule[{i}].at_s`: {} must be >= 0 and not before the step                  ahead of it ({last})",
+                s.at_s
+            ));
+        }
+        last = s.at_s;
+        s.tx.validate(&format!("fault.schedule[{i}].tx"))?;
+        s.rx.validate(&format!("fault.schedule[{i}].rx"))?;
+    }
+    Ok(())
+}
+
 /// What the injector did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultCounters {
@@ -97,6 +126,8 @@ pub struct FaultCounters {
     pub ecn_marked: u64,
     /// Duplicates not made for lack of mbufs.
     pub no_mbuf: u64,
+    /// Schedule steps applied (`[[fault.schedule]]`).
+    pub changes: u64,
 }
 
 /// A small, fast, seeded generator (xorshift64*), deterministic per seed.
@@ -144,6 +175,10 @@ pub struct FaultInjector {
     max_hold_ns: u64,
     passed: u64,
     held: VecDeque<(Mbuf, u64, u64)>,
+    /// Settings still to come: (ns after `t0`, settings), in order.
+    schedule: VecDeque<(u64, FaultConfig)>,
+    /// The time of the first frame (the schedule's zero).
+    t0: Option<u64>,
     pub counters: FaultCounters,
 }
 
@@ -167,13 +202,58 @@ impl FaultInjector {
             max_hold_ns: cfg.reorder_max_hold_us.unwrap_or(200) * 1000,
             passed: 0,
             held: VecDeque::new(),
+            schedule: VecDeque::new(),
+            t0: None,
             counters: FaultCounters::default(),
             cfg: cfg.clone(),
         }
     }
 
+    /// Settings to switch to later: (seconds after the first frame, settings), in order.
+    pub fn with_schedule(mut self, steps: impl IntoIterator<Item = (f64, FaultConfig)>) -> Self {
+        self.schedule = steps
+            .into_iter()
+            .map(|(s, c)| ((s.max(0.0) * 1e9) as u64, c))
+            .collect();
+        self
+    }
+
+    /// Replace the settings (the random sequence, the burst state and held frames carry on).
+    pub fn set_config(&mut self, cfg: &FaultConfig) {
+        self.active = cfg.active();
+        self.burst_loss = cfg.burst_loss.unwrap_or(1.0);
+        self.depth = cfg.reorder_depth.unwrap_or(4) as u64;
+        self.max_hold_ns = cfg.reorder_max_hold_us.unwrap_or(200) * 1000;
+        if cfg.burst_enter <= 0.0 {
+            self.bad = false;
+        }
+        self.cfg = cfg.clone();
+    }
+
+    /// Apply the schedule's steps that are due at `now` (ns, the engine's clock).
+    pub fn advance_schedule(&mut self, now: u64) {
+        if self.schedule.is_empty() {
+            return;
+        }
+        let t0 = *self.t0.get_or_insert(now);
+        while let Some((at, _)) = self.schedule.front() {
+            if now.saturating_sub(t0) < *at {
+                break;
+            }
+            if let Some((_, c)) = self.schedule.pop_front() {
+                self.set_config(&c);
+                self.counters.changes += 1;
+            }
+        }
+    }
+
     pub fn active(&self) -> bool {
         self.active
+    }
+
+    /// Whether any fault is on now or in a later schedule step (else the layer can be left out).
+    pub fn may_fault(&self) -> bool {
+        self.active || self.schedule.iter().any(|(_, c)| c.active())
     }
 
     pub fn config(&self) -> &FaultConfig {
@@ -188,6 +268,7 @@ impl FaultInjector {
     /// Decide the fate of one frame: what survives goes to `out` (possibly twice, possibly
     /// later).
     pub fn apply(&mut self, mut m: Mbuf, now: u64, pool: &Mempool, out: &mut Vec<Mbuf>) {
+        self.advance_schedule(now);
         if !self.active {
             out.push(m);
             return;
@@ -383,6 +464,52 @@ mod tests {
         let hits_b = (0..100_000).filter(|_| b.chance(0.1)).count();
         assert_eq!(hits, hits_b);
         assert!((9_000..11_000).contains(&hits), "{hits}");
+    }
+
+    #[test]
+    fn the_schedule_switches_settings_at_its_times() {
+        let lossy = FaultConfig {
+            loss: 0.5,
+            ..Default::default()
+        };
+        let mut f = FaultInjector::new(&FaultConfig::default(), 1)
+            .with_schedule([(1.0, lossy.clone()), (2.5, FaultConfig::default())]);
+        assert!(!f.active());
+        // The first frame at t = 7 s is the schedule's zero.
+        f.advance_schedule(7_000_000_000);
+        assert!(!f.active() && f.counters.changes == 0);
+        f.advance_schedule(7_999_999_999);
+        assert!(!f.active());
+        f.advance_schedule(8_000_000_000);
+        assert!(f.active() && f.config() == &lossy && f.counters.changes == 1);
+        // Late: both due steps at once, the last one wins.
+        let mut g = FaultInjector::new(&FaultConfig::default(), 1)
+            .with_schedule([(1.0, lossy.clone()), (2.5, FaultConfig::default())]);
+        g.advance_schedule(0);
+        g.advance_schedule(3_000_000_000);
+        assert!(!g.active() && g.counters.changes == 2);
+        f.advance_schedule(9_499_999_999);
+        assert!(f.active());
+        f.advance_schedule(9_500_000_000);
+        assert!(!f.active());
+    }
+
+    #[test]
+    fn a_schedule_out_of_order_or_out_of_range_is_refused() {
+        let step = |at_s: f64, loss: f64| FaultStep {
+            at_s,
+            tx: FaultConfig {
+                loss,
+                ..Default::default()
+            },
+            rx: FaultConfig::default(),
+        };
+        assert!(validate_schedule(&[step(0.0, 0.1), step(5.0, 0.0)]).is_ok());
+        let e = validate_schedule(&[step(5.0, 0.1), step(4.0, 0.0)]).unwrap_err();
+        assert!(e.contains("fault.schedule[1].at_s"), "{e}");
+        let e = validate_schedule(&[step(1.0, 2.0)]).unwrap_err();
+        assert!(e.contains("fault.schedule[0].tx.loss"), "{e}");
+        assert!(validate_schedule(&[step(f64::NAN, 0.0)]).is_err());
     }
 
     #[test]

@@ -8,6 +8,8 @@ use ferroce_transport::*;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
+mod rounds;
+
 #[derive(Clone, Copy, Debug)]
 struct Expect {
     op: OpKind,
@@ -50,6 +52,18 @@ pub struct Client {
     pub first_post_at: Option<u64>,
     /// Work requests posted so far.
     pub posted_wrs: u64,
+    /// Work requests completed (successfully or not), over every round.
+    pub completed: u64,
+    /// Whether to keep every completion's latency in `latencies` (a soak that runs for hours
+    /// turns it off so its memory stays flat).
+    pub record_latencies: bool,
+    /// The round of the workload being run: [`NodeHost::restart_client`] runs the workload
+    /// again on the same connection, and the round is part of every work request id, so a
+    /// completion from an earlier round is caught.
+    pub round: u32,
+    /// Which of the server's atomic words this client uses per stream (clients of one server
+    /// need their own, since each checks the originals its atomics return).
+    pub atomic_lane: u32,
 }
 
 impl Client {
@@ -60,7 +74,7 @@ impl Client {
 
     /// Work requests that completed successfully.
     pub fn completed_ok(&self) -> u64 {
-        self.latencies.len() as u64 - self.failures.len() as u64
+        self.completed - self.failures.len() as u64
     }
 
     pub fn done(&self) -> bool {
@@ -82,12 +96,17 @@ pub struct Server {
     per_conn: HashMap<ConnId, ServerConn>,
     pub recvs_done: u64,
     pub conns: Vec<ConnId>,
+    /// Zero each receive buffer's bytes once checked (a soak's rounds send the same patterns
+    /// again: a receive that completes without its data placed then shows zeros).
+    pub scrub_receives: bool,
 }
 
 #[derive(Debug)]
 struct ServerConn {
     recv_lkey: u32,
     next_recv: Vec<u32>,
+    /// The client's round these receives are for (see [`Client::round`]).
+    round: u32,
 }
 
 /// What a connection of this host is for.
@@ -127,8 +146,17 @@ pub struct NodeHost {
     buf: Vec<u8>,
 }
 
-fn wr_id(s: u32, i: u32) -> u64 {
-    ((s as u64) << 32) | i as u64
+/// Atomic words per stream at a server: the clients of one server use lanes 0, 1, ...
+pub const ATOMIC_LANES: u32 = 64;
+
+/// Work request ids: round in bits 48..64, stream in 32..48, index in 0..32.
+fn wr_id(round: u32, s: u32, i: u32) -> u64 {
+    ((round as u64 & 0xffff) << 48) | ((s as u64 & 0xffff) << 32) | i as u64
+}
+
+/// (round, stream, index) of a work request id.
+fn wr_parts(id: u64) -> (u32, u32, u32) {
+    ((id >> 48) as u32, ((id >> 32) & 0xffff) as u32, id as u32)
 }
 
 impl std::fmt::Debug for NodeHost {
@@ -240,7 +268,7 @@ impl NodeHost {
         let atomic_rkey = self.mem.register(
             SERVER_PD,
             layout.atomic_base,
-            (n * 8) as usize,
+            (n * 8 * ATOMIC_LANES as u64) as usize,
             access::REMOTE_ATOMIC | access::LOCAL_WRITE,
         );
         let keys = ServerKeys {
@@ -258,6 +286,7 @@ impl NodeHost {
             per_conn: HashMap::new(),
             recvs_done: 0,
             conns: Vec::new(),
+            scrub_receives: false,
         }));
         keys
     }
@@ -320,6 +349,10 @@ impl NodeHost {
             posted: false,
             first_post_at: None,
             posted_wrs: 0,
+            completed: 0,
+            record_latencies: true,
+            round: 0,
+            atomic_lane: 0,
         });
         idx
     }
@@ -337,38 +370,6 @@ impl NodeHost {
     /// complete.
     pub fn client_done(&self) -> bool {
         !self.clients.is_empty() && self.clients.iter().all(|c| c.finished_at.is_some())
-    }
-
-    /// Check the server's write slots against the last write to each (end-of-run check).
-    pub fn verify_server_writes(&self) -> Vec<String> {
-        let mut errs = Vec::new();
-        let Some(srv) = self.server() else {
-            return errs;
-        };
-        let spec = &srv.spec;
-        let Some(region) = self.mem.region(srv.keys.write_rkey) else {
-            return vec!["write region missing".into()];
-        };
-        for s in 0..spec.streams {
-            let slots = spec.write_slots();
-            let mut last: HashMap<u32, (u32, u32)> = HashMap::new();
-            for i in 0..spec.messages {
-                let (op, size) = spec.op_at(s, i);
-                if matches!(op, OpKind::Write | OpKind::WriteImm) {
-                    last.insert(i % slots, (i, size));
-                }
-            }
-            for (slot, (i, size)) in last {
-                let off = ((s * slots + slot) as u64 * srv.keys.layout.slot) as usize;
-                let bytes = &region.data[off..off + size as usize];
-                if let Some(j) = check_pattern(bytes, s, i) {
-                    errs.push(format!(
-                        "stream {s} write {i}: byte {j} wrong in server memory"
-                    ));
-                }
-            }
-        }
-        errs
     }
 
     fn pump(&mut self, now: u64) {
@@ -460,6 +461,7 @@ impl NodeHost {
             ServerConn {
                 recv_lkey,
                 next_recv: vec![0; sv.spec.streams as usize],
+                round: 0,
             },
         );
         for s in 0..sv.spec.streams {
@@ -489,7 +491,7 @@ impl NodeHost {
         pc.next_recv[s as usize] += 1;
         let slot = (s * sv.spec.recv_depth + k % sv.spec.recv_depth) as u64;
         let wr = RecvWr {
-            wr_id: wr_id(s, k),
+            wr_id: wr_id(pc.round, s, k),
             sgl: [Sge {
                 lkey: pc.recv_lkey,
                 addr: sv.keys.layout.recv_base + slot * sv.keys.layout.slot,
@@ -536,7 +538,8 @@ impl NodeHost {
         let write_addr = lay.write_base + ((s * slots + i % slots) as u64) * lay.slot;
         let read_addr =
             lay.read_base + ((s as u64 * 4099 + i as u64 * 64) % (cl.keys.read_len - ms));
-        let atomic_addr = lay.atomic_base + s as u64 * 8;
+        let lane = cl.atomic_lane.min(ATOMIC_LANES - 1) as u64;
+        let atomic_addr = lay.atomic_base + (lane * cl.spec.streams as u64 + s as u64) * 8;
         let mut orig = 0;
         let (sop, raddr) = match op {
             OpKind::Send => (SendOp::Send { imm: None }, 0),
@@ -596,7 +599,7 @@ impl NodeHost {
                 )
             }
         };
-        let id = wr_id(s, i);
+        let id = wr_id(cl.round, s, i);
         cl.expect.insert(
             id,
             Expect {
@@ -686,7 +689,10 @@ impl NodeHost {
                         cl.bytes_done += x.len as u64;
                     }
                 }
-                cl.latencies.push(now - x.posted_at);
+                cl.completed += 1;
+                if cl.record_latencies {
+                    cl.latencies.push(now - x.posted_at);
+                }
                 let s = x.s;
                 Self::post_next(&mut *self.ep, &mut self.mem, cl, s, now, &mut self.errors);
                 if cl.next_done.iter().all(|&d| d >= cl.spec.messages) && cl.finished_at.is_none() {
@@ -697,8 +703,14 @@ impl NodeHost {
                 let Some(sv) = self.server_role.as_deref_mut() else {
                     return;
                 };
-                let s = (c.wr_id >> 32) as u32;
-                let k = c.wr_id as u32;
+                let (round, s, k) = wr_parts(c.wr_id);
+                let want_round = sv.per_conn.get(&c.conn).map(|p| p.round);
+                if want_round != Some(round) {
+                    self.errors.push(format!(
+                        "receive completion of round {round}, expected round {want_round:?}: {c:?}"
+                    ));
+                    return;
+                }
                 let Some(&i) = sv.consuming.get(s as usize).and_then(|v| v.get(k as usize)) else {
                     self.errors
                         .push(format!("unexpected receive completion {c:?}"));
@@ -753,6 +765,13 @@ impl NodeHost {
                     if let Some(j) = bad {
                         self.errors
                             .push(format!("stream {s} message {i} ({op:?}): byte {j} wrong"));
+                    }
+                }
+                // WRITE_WITH_IMM data stays: the end-of-round check reads the write slots.
+                if sv.scrub_receives && op != OpKind::WriteImm {
+                    if let Some(r) = self.mem.region_mut(key) {
+                        let off = (addr - r.addr) as usize;
+                        r.data[off..off + size as usize].fill(0);
                     }
                 }
                 let conn = c.conn;

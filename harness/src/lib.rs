@@ -7,6 +7,7 @@
 pub mod host;
 pub mod multi;
 pub mod scenario;
+pub mod soak;
 /// The workload lives in its own crate (`ferroce-workload`) so that the production crates can
 /// use it without the simulator; the harness re-exports it under its old path.
 pub mod workload {

@@ -29,6 +29,7 @@ pub mod cq_ex;
 pub mod device;
 pub mod engines;
 pub mod exports;
+pub mod inflight;
 pub mod lid;
 pub mod mr;
 pub mod qp_ex;
@@ -39,7 +40,7 @@ pub mod uc;
 pub mod ud;
 mod ud_roce;
 pub mod verbs;
-pub mod wrs;
+pub mod wr;
 
 /// Where the build put the stub `libmlx5.so.1`, `libefa.so.1` and `libmlx4.so.1`.
 pub const STUB_DIR: &str = env!("FERROCE_VERBS_STUB_DIR");

@@ -79,7 +79,7 @@ fn new_slot(srq: &Arc<SrqState>) -> u32 {
 pub fn virtual_recv(qp: &Arc<QpShared>) -> Option<RecvWr> {
     let srq = qp.srq.as_ref()?;
     let slot = new_slot(srq);
-    let id = crate::wrs::insert(WrMeta {
+    let id = crate::inflight::insert(WrMeta {
         app_wr_id: 0,
         qp: qp.clone(),
         recv: true,

@@ -210,9 +210,9 @@ pub struct QpShared {
     pub ud: Option<crate::ud::UdQp>,
     /// A UC QP (`uc.rs`).
     pub uc: bool,
-    /// Its work requests in flight and where their ids come from (`wrs.rs`).
-    pub wrs: Mutex<crate::wrs::QpWrs>,
-    pub ids: crate::wrs::WrIds,
+    /// Its work requests in flight and where their ids come from (`inflight.rs`).
+    pub wrs: Mutex<crate::inflight::QpWrs>,
+    pub ids: crate::inflight::WrIds,
 }
 
 /// A work request the engine holds: what its completion must become.
@@ -602,7 +602,7 @@ pub fn set_qp_error(qp: &QpShared) {
 
 fn complete(c: Completion, t: &mut dyn Transport) {
     let g = global();
-    let Some(meta) = crate::wrs::take(c.wr_id) else {
+    let Some(meta) = crate::inflight::take(c.wr_id) else {
         return; // flushed by the shim already
     };
     match &meta.ext {
@@ -657,7 +657,7 @@ fn complete(c: Completion, t: &mut dyn Transport) {
 
 /// A work request the engine refused at post time: an error completion.
 pub fn refused(wr_id: u64, err: PostError) {
-    let Some(meta) = crate::wrs::take(wr_id) else {
+    let Some(meta) = crate::inflight::take(wr_id) else {
         return;
     };
     if !matches!(meta.ext, Ext::Plain) {
@@ -894,7 +894,7 @@ pub fn discard_qp(qp: &Arc<QpShared>) {
 
 fn forget_wrs(qp: &Arc<QpShared>, complete: bool) {
     let g = global();
-    let metas = crate::wrs::drain(qp);
+    let metas = crate::inflight::drain(qp);
     let pending = std::mem::take(&mut lock(&qp.inner).pending);
     drop(pending);
     for (_, m) in metas {

@@ -76,7 +76,7 @@ pub fn post_recv(ud: &UdQp, id: u64, sgl: SgList, cap: usize) -> Result<(), i32>
     let mut rq = lock(&ud.rq);
     // Receives flushed since (gone from the work-request map) no longer take room.
     if rq.len() >= cap {
-        rq.retain(|(i, _)| crate::wrs::contains(*i));
+        rq.retain(|(i, _)| crate::inflight::contains(*i));
     }
     if rq.len() >= cap {
         return Err(libc::ENOMEM);
@@ -131,7 +131,7 @@ fn bounce(chan: &Arc<QpShared>, key: Option<u32>) -> RecvWr {
             .unwrap_or_else(|p| p.into_inner())
             .register_owned_rw(0, BASE, vec![0; BOUNCE])
     });
-    let id = crate::wrs::insert(WrMeta {
+    let id = crate::inflight::insert(WrMeta {
         app_wr_id: 0,
         qp: chan.clone(),
         recv: true,
@@ -181,7 +181,7 @@ fn chan(peer: Ipv4Addr, mode: Mode) -> (Arc<QpShared>, bool) {
         wrs: Default::default(),
         ids: Default::default(),
     });
-    crate::wrs::register(&c);
+    crate::inflight::register(&c);
     {
         let mut inner = lock(&c.inner);
         for _ in 0..BOUNCES {
@@ -369,7 +369,7 @@ pub unsafe fn post_send(
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .register_owned(0, BASE, buf);
-        let id = crate::wrs::insert(WrMeta {
+        let id = crate::inflight::insert(WrMeta {
             app_wr_id: w.wr_id,
             qp: c.clone(),
             recv: false,
@@ -525,7 +525,7 @@ fn deliver_bytes(buf: &[u8], imm: Option<u32>, peer: Ipv4Addr, mode: Mode) {
             dbg_log!("UD datagram for QP {dst:#x} without a posted receive dropped");
             return;
         };
-        if let Some(m) = crate::wrs::take(id) {
+        if let Some(m) = crate::inflight::take(id) {
             break (m, sgl);
         }
     };

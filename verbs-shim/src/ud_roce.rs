@@ -88,7 +88,7 @@ impl Drop for Done {
 
 /// A work request the engine refused: its error completion.
 fn refused(id: u64, err: PostError) {
-    let Some(m) = crate::wrs::take(id) else {
+    let Some(m) = crate::inflight::take(id) else {
         return;
     };
     dbg_log!("UD QP {:#x}: work request refused: {err}", m.qp.qpn);
@@ -166,7 +166,7 @@ pub fn post_send(
     } else {
         (None, None)
     };
-    let id = crate::wrs::insert(WrMeta {
+    let id = crate::inflight::insert(WrMeta {
         app_wr_id,
         qp: st.clone(),
         recv: false,
@@ -229,7 +229,7 @@ pub fn post_recv(st: &Arc<QpShared>, app_wr_id: u64, sgl: SgList, cap: usize) ->
         })
         .map_err(|_| libc::ENOMEM)?;
     let empty = held == 0 && !u.received.load(Ordering::Acquire);
-    let id = crate::wrs::insert(WrMeta {
+    let id = crate::inflight::insert(WrMeta {
         app_wr_id,
         qp: st.clone(),
         recv: true,

@@ -15,7 +15,7 @@ use crate::state::{
 };
 use crate::sys::*;
 use ferroce_dataplane::engine::Command;
-use ferroce_transport::{RecvWr, SendOp, SendWr, SgList, Sge};
+use ferroce_transport::{RecvWr, SendWr, SgList, Sge};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::mem::{offset_of, size_of};
 use std::net::Ipv4Addr;
@@ -1108,7 +1108,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         wrs: Default::default(),
         ids: Default::default(),
     });
-    crate::wrs::register(&st);
+    crate::inflight::register(&st);
     // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
     let mut qp = Box::new(Qp {
         qp: unsafe { std::mem::zeroed() },
@@ -1489,7 +1489,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // the application deregisters them.
     // Work still in flight completes into nothing (an inline copy stays registered: the
     // idle stream may still resend from it).
-    drop(crate::wrs::unregister(&b.st));
+    drop(crate::inflight::unregister(&b.st));
     state::conns(b.st.mode)
         .waiting
         .values_mut()
@@ -1593,7 +1593,12 @@ unsafe extern "C" fn op_post_send(
     while !wr.is_null() {
         // SAFETY: the caller's work request chain.
         let w = unsafe { &*wr };
-        if w.num_sge < 0 || w.num_sge as u32 > q.max_sge.0 {
+        let lim = crate::wr::SendLimits {
+            max_sge: q.max_sge.0,
+            max_inline: st.max_inline.max(MAX_INLINE),
+            uc: st.uc,
+        };
+        if !crate::wr::num_sge_ok(w.num_sge, &lim) {
             set_bad(wr);
             return libc::EINVAL;
         }
@@ -1601,59 +1606,16 @@ unsafe extern "C" fn op_post_send(
             set_bad(wr);
             return libc::EINVAL;
         };
-        if st.uc && !crate::uc::opcode_ok(w.opcode) {
-            set_bad(wr);
-            return libc::EINVAL;
-        }
-        // SAFETY: reading the union members the opcode selects.
-        let (rdma, atomic, imm) = unsafe { (w.wr.rdma, w.wr.atomic, w.__bindgen_anon_1.imm_data) };
-        let imm = u32::from_be(imm);
-        let op = match w.opcode {
-            IBV_WR_SEND => SendOp::Send { imm: None },
-            IBV_WR_SEND_WITH_IMM => SendOp::Send { imm: Some(imm) },
-            IBV_WR_RDMA_WRITE => SendOp::Write {
-                rkey: rdma.rkey,
-                raddr: rdma.remote_addr,
-                imm: None,
-            },
-            IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::Write {
-                rkey: rdma.rkey,
-                raddr: rdma.remote_addr,
-                imm: Some(imm),
-            },
-            IBV_WR_RDMA_READ => SendOp::Read {
-                rkey: rdma.rkey,
-                raddr: rdma.remote_addr,
-            },
-            IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
-                rkey: atomic.rkey,
-                raddr: atomic.remote_addr,
-                add: atomic.compare_add,
-            },
-            IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::CmpSwap {
-                rkey: atomic.rkey,
-                raddr: atomic.remote_addr,
-                compare: atomic.compare_add,
-                swap: atomic.swap,
-            },
-            _ => {
+        let d = match crate::wr::decode_send(w, &sgl, &lim) {
+            Ok(d) => d,
+            Err(e) => {
                 set_bad(wr);
-                return libc::EINVAL;
+                return e;
             }
         };
-        let flags = w.send_flags;
+        let op = d.op;
         let mut owned_key = 0;
-        if flags & IBV_SEND_INLINE != 0
-            && matches!(
-                w.opcode,
-                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
-            )
-        {
-            let total: u64 = sgl.iter().map(|s| s.len as u64).sum();
-            if total > st.max_inline.max(MAX_INLINE) as u64 {
-                set_bad(wr);
-                return libc::EINVAL;
-            }
+        if let Some(total) = d.inline_len {
             let mut data = Vec::with_capacity(total as usize);
             for s in &sgl {
                 // SAFETY: inline data is read from the application's memory at post time
@@ -1673,8 +1635,8 @@ unsafe extern "C" fn op_post_send(
                 len: total as u32,
             });
         }
-        let signaled = st.sq_sig_all || flags & IBV_SEND_SIGNALED != 0;
-        if !crate::wrs::room(st, false, q.max_wr.0) {
+        let signaled = st.sq_sig_all || d.signaled;
+        if !crate::inflight::room(st, false, q.max_wr.0) {
             if owned_key != 0 {
                 global()
                     .mrs
@@ -1685,7 +1647,7 @@ unsafe extern "C" fn op_post_send(
             set_bad(wr);
             return libc::ENOMEM;
         }
-        let id = crate::wrs::insert(WrMeta {
+        let id = crate::inflight::insert(WrMeta {
             app_wr_id: w.wr_id,
             qp: st.clone(),
             recv: false,
@@ -1701,8 +1663,8 @@ unsafe extern "C" fn op_post_send(
             // completions of unsignalled ones (so inline copies are freed and the send queue
             // accounting is exact).
             signaled: true,
-            solicited: flags & IBV_SEND_SOLICITED != 0,
-            fence: flags & IBV_SEND_FENCE != 0,
+            solicited: d.solicited,
+            fence: d.fence,
         };
         submit_as(st, Pending::Send(swr), state::app_progress());
         wr = w.next;
@@ -1758,14 +1720,14 @@ unsafe extern "C" fn op_post_recv(
             wr = w.next;
             continue;
         }
-        if !crate::wrs::room(st, true, q.max_wr.1) {
+        if !crate::inflight::room(st, true, q.max_wr.1) {
             if !bad.is_null() {
                 // SAFETY: as above.
                 unsafe { *bad = wr };
             }
             return libc::ENOMEM;
         }
-        let id = crate::wrs::insert(WrMeta {
+        let id = crate::inflight::insert(WrMeta {
             app_wr_id: w.wr_id,
             qp: st.clone(),
             recv: true,
@@ -1777,7 +1739,7 @@ unsafe extern "C" fn op_post_recv(
             // UD receives wait in the shim until a datagram for this QP arrives (ud.rs).
             Some(ud) => {
                 if let Err(e) = crate::ud::post_recv(ud, id, sgl, MAX_QP_WR as usize) {
-                    crate::wrs::remove(id);
+                    crate::inflight::remove(id);
                     if !bad.is_null() {
                         // SAFETY: as above.
                         unsafe { *bad = wr };

@@ -321,3 +321,100 @@ pub struct ServerKeys {
 pub fn imm_of(s: u32, i: u32) -> u32 {
     (s << 20) ^ i ^ 0xabc
 }
+
+/// Latencies in a fixed amount of memory: log-linear buckets (64 per power of two, so a
+/// quantile is within 1/64 of the true value), for drivers that run for hours and must not
+/// keep one sample per work request.
+#[derive(Clone, Debug)]
+pub struct LatencyHist {
+    counts: Vec<u64>,
+    total: u64,
+}
+
+impl Default for LatencyHist {
+    fn default() -> Self {
+        LatencyHist {
+            counts: vec![0; 64 * 64],
+            total: 0,
+        }
+    }
+}
+
+impl LatencyHist {
+    const SUB: u32 = 6;
+
+    fn bucket(v: u64) -> usize {
+        if v < 64 {
+            return v as usize;
+        }
+        let msb = 63 - v.leading_zeros();
+        let shift = msb - Self::SUB;
+        (((shift + 1) as usize) << Self::SUB) + ((v >> shift) as usize & 63)
+    }
+
+    /// Smallest value of bucket `b`.
+    fn low(b: usize) -> u64 {
+        if b < 64 {
+            return b as u64;
+        }
+        let shift = (b >> Self::SUB) as u32 - 1;
+        (64 + (b as u64 & 63)) << shift
+    }
+
+    pub fn record(&mut self, v: u64) {
+        let b = Self::bucket(v).min(self.counts.len() - 1);
+        self.counts[b] += 1;
+        self.total += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.total
+    }
+
+    /// The `f` quantile (0..=1), as its bucket's smallest value; 0 when empty.
+    pub fn quantile(&self, f: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let rank = ((self.total - 1) as f64 * f.clamp(0.0, 1.0)) as u64;
+        let mut seen = 0;
+        for (b, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen > rank {
+                return Self::low(b);
+            }
+        }
+        Self::low(self.counts.len() - 1)
+    }
+}
+
+#[cfg(test)]
+mod hist_tests {
+    use super::LatencyHist;
+
+    #[test]
+    fn quantiles_are_within_one_sixty_fourth() {
+        let mut h = LatencyHist::default();
+        assert_eq!(h.quantile(0.5), 0);
+        let mut v: Vec<u64> = (0..10_000u64).map(|i| (i * 7919) % 5_000_000 + 1).collect();
+        for &x in &v {
+            h.record(x);
+        }
+        v.sort_unstable();
+        for f in [0.0, 0.5, 0.9, 0.99, 1.0] {
+            let exact = v[((v.len() - 1) as f64 * f) as usize] as f64;
+            let got = h.quantile(f) as f64;
+            assert!(
+                got <= exact && got >= exact * (1.0 - 1.0 / 64.0) - 1.0,
+                "{f}: {got} vs {exact}"
+            );
+        }
+        // Small values are exact; huge ones land in the last bucket without a panic.
+        let mut s = LatencyHist::default();
+        s.record(5);
+        s.record(u64::MAX);
+        assert_eq!(s.quantile(0.0), 5);
+        assert!(s.quantile(1.0) > 1 << 60);
+        assert_eq!(s.count(), 2);
+    }
+}

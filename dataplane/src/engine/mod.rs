@@ -100,6 +100,8 @@ pub struct EngineParams {
     pub neighbors: Vec<(Ipv4Addr, [u8; 6])>,
     pub fault_tx: FaultConfig,
     pub fault_rx: FaultConfig,
+    /// Later fault settings ([`crate::fault::FaultStep`]).
+    pub fault_schedule: Vec<crate::fault::FaultStep>,
     pub seed: u64,
     pub pcap: Option<PathBuf>,
     pub snaplen: u32,
@@ -128,6 +130,7 @@ impl Default for EngineParams {
             neighbors: Vec::new(),
             fault_tx: FaultConfig::default(),
             fault_rx: FaultConfig::default(),
+            fault_schedule: Vec::new(),
             seed: 1,
             pcap: None,
             snaplen: 256,
@@ -236,8 +239,10 @@ impl Engine {
             None => None,
         };
         let faults = (
-            FaultInjector::new(&p.fault_tx, p.seed ^ 0x7478),
-            FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278),
+            FaultInjector::new(&p.fault_tx, p.seed ^ 0x7478)
+                .with_schedule(p.fault_schedule.iter().map(|s| (s.at_s, s.tx.clone()))),
+            FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278)
+                .with_schedule(p.fault_schedule.iter().map(|s| (s.at_s, s.rx.clone()))),
         );
         let io = io_stack(port, pcap, Some(faults));
         Engine::with_io(io, pool, transport, p, tsc_hz)
@@ -827,7 +832,7 @@ pub fn io_stack(
         io = Box::new(crate::pcap::PcapIo::new(io, w));
     }
     if let Some((tx, rx)) = faults {
-        if tx.active() || rx.active() {
+        if tx.may_fault() || rx.may_fault() {
             io = Box::new(crate::fault::FaultIo::new(io, tx, rx, pool));
         }
     }

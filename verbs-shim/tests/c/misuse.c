@@ -380,9 +380,12 @@ int main(int argc, char **argv)
 		int ok = 1;
 		for (int i = 0; i < 4; i++)
 			ok = ok && !post_recv(p.b, 500 + i, buf2, 64, mr2->lkey);
+		int posted = 0;
+		/* The third completion overruns the CQ and moves the QP to error, after which a
+		 * post is refused: that may already happen to the fourth. */
 		for (int i = 0; i < 4; i++)
-			ok = ok && !post_send(p.a, IBV_WR_SEND, 600 + i, buf, 16, mr->lkey, 0, 0);
-		check(ok, "4 signalled SENDs posted, nothing polled");
+			posted += !post_send(p.a, IBV_WR_SEND, 600 + i, buf, 16, mr->lkey, 0, 0);
+		check(ok && posted >= 3, "3 or 4 signalled SENDs posted, nothing polled");
 		struct pollfd pf = { .fd = ctx->async_fd, .events = POLLIN };
 		int ready = poll(&pf, 1, 10000) == 1;
 		struct ibv_async_event ev;
