@@ -98,6 +98,14 @@ fn quick_benchmarks_have_the_right_shape_and_meet_issue_3() {
         }
     }
     let dir = std::env::temp_dir().join(format!("ferroce-bench-shape-{}", std::process::id()));
+    // Removed however the test ends (each run used to leave its directory behind).
+    struct RemoveDir(std::path::PathBuf);
+    impl Drop for RemoveDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = RemoveDir(dir.clone());
     let svg = dir.join("loss.svg");
     loss::plot(&lr, &svg).expect("loss plot");
     let text = std::fs::read_to_string(&svg).expect("svg written");
