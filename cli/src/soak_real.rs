@@ -425,18 +425,20 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
             if Instant::now() >= sample_at {
                 sample_at += Duration::from_secs(1);
                 let t = t0.elapsed().as_secs_f64();
-                if let Some(p) = client.pid() {
+                // A process that has just exited has no RSS to read: no sample then (a
+                // sample without its RSS would be a hole in the memory series).
+                if let Some(rss) = client.pid().and_then(|p| rss_of(&p)) {
                     cs.push(MemSample {
                         t_s: t,
                         live_bytes: None,
-                        rss_bytes: rss_of(&p),
+                        rss_bytes: Some(rss),
                     });
                 }
-                if let Some(p) = server.pid() {
+                if let Some(rss) = server.pid().and_then(|p| rss_of(&p)) {
                     ss.push(MemSample {
                         t_s: t,
                         live_bytes: None,
-                        rss_bytes: rss_of(&p),
+                        rss_bytes: Some(rss),
                     });
                 }
             }
