@@ -5,9 +5,9 @@
 mod common;
 
 use common::{eal, need_root, serial};
-use ferroce_dataplane::app::run_pair;
+use ferroce_dataplane::app::{run_pair, PairDriver};
 use ferroce_dataplane::bench::{ring_engine_pair, ring_ports};
-use ferroce_dataplane::engine::{run_together, EngineParams};
+use ferroce_dataplane::engine::{run_together, EngineParams, SharedEngine};
 use ferroce_dataplane::fault::FaultConfig;
 use ferroce_dataplane::net::DropReason;
 use ferroce_transport::EndpointConfig;
@@ -271,4 +271,73 @@ fn dpdk_ring_garbage_frames_counted_and_dropped() {
         "transport-level garbage not counted: {ep}"
     );
     assert!(n_garbage >= 16);
+}
+
+/// `SharedEngine` (the verbs shim's progress from application calls), on real packets: the
+/// client's engine has no thread of its own and moves only in the turns the test's thread
+/// takes (`drive`), while the server's engine runs its own thread *and* is driven by the test
+/// thread too, so the two contend for it. The verified workload must complete either way,
+/// and the turns taken must be counted (a `drive` that did nothing would leave the client
+/// stuck: the run times out).
+#[test]
+fn dpdk_ring_shared_engine_moves_on_application_turns() {
+    if !need_root("dpdk_ring_shared_engine_moves_on_application_turns") {
+        return;
+    }
+    let _g = serial();
+    let eal = eal();
+    let pa = EngineParams {
+        ip: IP_A,
+        seed: 21,
+        ..Default::default()
+    };
+    let pb = EngineParams {
+        ip: IP_B,
+        seed: 22,
+        ..Default::default()
+    };
+    let ((ea, ha), (eb, hb)) =
+        ring_engine_pair(eal, 1500, 8191, pa, pb, endpoint_cfg()).expect("engines");
+    let sa = SharedEngine::new(ea);
+    let sb = SharedEngine::new(eb);
+    let sb_thread = sb.clone();
+    let lcore = eal.worker_lcores()[0];
+    let job = eal.launch(lcore, move || sb_thread.run()).expect("launch");
+    let spec = spec(200);
+    let mut d = PairDriver::new(&ha, &hb, IP_B, &spec);
+    let t0 = Instant::now();
+    let mut busy = 0u64;
+    while !d.done() && t0.elapsed() < Duration::from_secs(60) {
+        let _ = sa.drive();
+        if sb.drive().is_none() {
+            busy += 1;
+        }
+        d.step();
+    }
+    let timed_out = !d.done();
+    let (cr, sr) = d.finish(timed_out);
+    ha.stop();
+    hb.stop();
+    // The client's engine is stopped but has no thread: its final counters come from here.
+    let _ = sa.run();
+    let _ = job.join();
+    let (a_turns, a_work) = sa.app_turns();
+    let (b_turns, _) = sb.app_turns();
+    println!(
+        "shared engines: client {a_turns} turns ({a_work} with work), server {b_turns} turns \
+         from the test thread, {busy} found it busy on its own lcore; {} WRs in {:.2} s",
+        cr.completed,
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(cr.ok, "client: {:?}", &cr.errors[..cr.errors.len().min(10)]);
+    assert!(sr.ok, "server: {:?}", &sr.errors[..sr.errors.len().min(10)]);
+    assert_eq!(cr.completed, spec.streams as u64 * spec.messages as u64);
+    assert!(
+        a_work > 0 && a_turns >= a_work,
+        "client turns {a_turns}/{a_work}"
+    );
+    assert!(
+        b_turns > 0,
+        "the server's engine was never driven from the test thread"
+    );
 }
