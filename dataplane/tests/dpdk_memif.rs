@@ -7,8 +7,7 @@
 
 mod common;
 
-use common::{need_root, Dir, Proc};
-use serde_json::Value;
+use common::{last_json, need_root, Dir, Proc};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -62,13 +61,6 @@ fn spawn(cfg: &Path) -> Proc {
         .spawn()
         .expect("spawn ferroce-dp");
     Proc(Some(c))
-}
-
-fn last_json(out: &str) -> Value {
-    out.lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<Value>(l).ok())
-        .unwrap_or(Value::Null)
 }
 
 #[test]

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{need_root, serial, Dir, Proc};
+use common::{last_json, need_root, serial, Dir, Proc};
 use ferroce_dataplane::netns::VethPair;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -83,13 +83,6 @@ timeout_s = 30
     let p = dir.join(format!("{name}-{role}.toml"));
     std::fs::write(&p, text).expect("write config");
     p
-}
-
-fn last_json(out: &str) -> Value {
-    out.lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<Value>(l).ok())
-        .unwrap_or(Value::Null)
 }
 
 /// The client's transmitted packets so far, from its counters file (0 until it exists).

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{need_root, serial, Dir, Proc};
+use common::{last_json, need_root, serial, Dir, Proc};
 use ferroce_dataplane::netns::VethPair;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -118,13 +118,6 @@ fn spawn(ns: &str, cfg: &Path, json: bool) -> Proc {
         .spawn()
         .expect("spawn ferroce-dp");
     Proc(Some(c))
-}
-
-fn last_json(out: &str) -> Value {
-    out.lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<Value>(l).ok())
-        .unwrap_or(Value::Null)
 }
 
 /// Run one client/server pair; returns (client report, server report).

@@ -103,3 +103,12 @@ impl Drop for Dir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The last line of a program's output that is a JSON object (`ferroce-dp run --json`'s
+/// report), or null.
+pub fn last_json(out: &str) -> serde_json::Value {
+    out.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
