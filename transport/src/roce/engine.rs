@@ -413,33 +413,15 @@ impl RoceEndpoint {
             self.counters.rx_bad_bth += 1;
             return;
         }
-        if pkt.bth.opcode.is_ud() {
-            let Some(&i) = self.ud_by_qpn.get(&pkt.bth.dest_qpn) else {
-                self.counters.rx_unknown_qp += 1;
-                return;
-            };
-            self.counters.rx_pkts += 1;
-            if ce {
-                self.counters.rx_ecn_ce += 1;
-            }
-            let RoceEndpoint {
-                cfg,
-                ud,
-                completions,
-                counters,
-                ..
-            } = self;
-            let mut ctx = Ctx {
-                cfg,
-                mem,
-                completions,
-                counters,
-                now,
-            };
-            ud[i].on_packet(&mut ctx, src, ip, &pkt);
-            return;
-        }
-        let Some(&i) = self.by_key.get(&(src, pkt.bth.dest_qpn)) else {
+        // A UD QP is found by its number alone (any source may send to it), an RC/UC QP by
+        // its peer and number.
+        let ud = pkt.bth.opcode.is_ud();
+        let found = if ud {
+            self.ud_by_qpn.get(&pkt.bth.dest_qpn)
+        } else {
+            self.by_key.get(&(src, pkt.bth.dest_qpn))
+        };
+        let Some(&i) = found else {
             self.counters.rx_unknown_qp += 1;
             return;
         };
@@ -450,6 +432,7 @@ impl RoceEndpoint {
         let RoceEndpoint {
             cfg,
             qps,
+            ud: uds,
             completions,
             counters,
             ..
@@ -461,7 +444,11 @@ impl RoceEndpoint {
             counters,
             now,
         };
-        qps[i].on_packet(&mut ctx, &pkt);
+        if ud {
+            uds[i].on_packet(&mut ctx, src, ip, &pkt);
+        } else {
+            qps[i].on_packet(&mut ctx, &pkt);
+        }
     }
 
     /// The next datagram to send, written into `buf` (at least MTU + 80 bytes); QPs take

@@ -901,6 +901,25 @@ impl Qp {
         }
     }
 
+    /// The WRITE a packet at `pos` belongs to, (rkey, next address, bytes left, total): from
+    /// its RETH on FIRST/ONLY (with no message in progress), else the one in progress (and no
+    /// RETH); `None` for any other combination.
+    fn write_state(&self, pos: Position, reth: Option<Reth>) -> Option<(u32, u64, u32, u32)> {
+        match (&self.resp.in_msg, reth) {
+            (InMsg::None, Some(r)) if pos.is_first() => Some((r.rkey, r.va, r.dma_len, r.dma_len)),
+            (
+                InMsg::Write {
+                    rkey,
+                    va,
+                    remaining,
+                    total,
+                },
+                None,
+            ) if !pos.is_first() => Some((*rkey, *va, *remaining, *total)),
+            _ => None,
+        }
+    }
+
     /// Payload length rule for packet position `pos` (IBTA vol. 1 §9.7: FIRST and MIDDLE carry
     /// exactly one MTU, LAST 1..=MTU, ONLY 0..=MTU).
     fn length_ok(&self, pos: Position, len: usize) -> bool {
@@ -1043,22 +1062,9 @@ impl Qp {
             self.responder_fatal(ctx, NakCode::InvalidRequest, p);
             return;
         }
-        // The message's state: from the RETH on FIRST/ONLY, else the one in progress.
-        let (rkey, va, remaining, total) = match (&self.resp.in_msg, pkt.ext.reth) {
-            (InMsg::None, Some(r)) if pos.is_first() => (r.rkey, r.va, r.dma_len, r.dma_len),
-            (
-                InMsg::Write {
-                    rkey,
-                    va,
-                    remaining,
-                    total,
-                },
-                None,
-            ) if !pos.is_first() => (*rkey, *va, *remaining, *total),
-            _ => {
-                self.responder_fatal(ctx, NakCode::InvalidRequest, p);
-                return;
-            }
+        let Some((rkey, va, remaining, total)) = self.write_state(pos, pkt.ext.reth) else {
+            self.responder_fatal(ctx, NakCode::InvalidRequest, p);
+            return;
         };
         let len_ok = if pos.is_last() {
             plen == remaining

@@ -142,21 +142,9 @@ impl Qp {
         if pos.is_first() {
             self.uc_abandon(ctx);
         }
-        let (rkey, va, remaining, total) = match (&self.resp.in_msg, pkt.ext.reth) {
-            (InMsg::None, Some(r)) if pos.is_first() => (r.rkey, r.va, r.dma_len, r.dma_len),
-            (
-                InMsg::Write {
-                    rkey,
-                    va,
-                    remaining,
-                    total,
-                },
-                None,
-            ) if !pos.is_first() => (*rkey, *va, *remaining, *total),
-            _ => {
-                self.uc_drop(ctx);
-                return;
-            }
+        let Some((rkey, va, remaining, total)) = self.write_state(pos, pkt.ext.reth) else {
+            self.uc_drop(ctx);
+            return;
         };
         let len_ok = if pos.is_last() {
             plen == remaining
