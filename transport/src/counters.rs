@@ -64,6 +64,10 @@ pub struct ConnCounters {
     /// READ / atomic responses refused as malformed for their work request (it fails with
     /// a bad-response error).
     pub rx_bad_responses: u64,
+    /// READ / atomic responses dropped unacknowledged because the requester started a
+    /// request a stream window past them (spec/transport.md RES-2): it had placed them, or it
+    /// broke STREAM-2.
+    pub responses_retired_unacked: u64,
     pub messages_completed_tx: u64,
     /// Unreliable streams: messages abandoned after a lost packet, packets dropped while
     /// waiting for a message's first chunk, SENDs without a posted receive, and packets

@@ -495,3 +495,67 @@ fn oversized_zero_length_and_out_of_range_requests_are_refused_and_counted() {
         vec![(9, Status::Success)]
     );
 }
+
+// checks: [RES-2] [SEC-5]
+#[test]
+fn a_requester_that_never_acknowledges_responses_makes_the_responder_keep_one_window() {
+    let mut p = Pair::new();
+    let k =
+        p.mb.register(1, DST, 4096, access::REMOTE_READ | access::REMOTE_ATOMIC);
+    // Four windows and a bit of READs and atomics, in order, each complete at once; the
+    // crafted requester acknowledges none of B's responses (they are dropped here).
+    const N: u32 = 4 * 1024 + 7;
+    for msn in 0..N {
+        let nacks = if msn % 5 == 4 {
+            p.send_b(
+                flags::LAST,
+                msg(msn, 0, 8),
+                DataOp::FetchAdd {
+                    rkey: k,
+                    raddr: DST + 8,
+                    add: 1,
+                },
+                &[],
+            )
+        } else {
+            p.send_b(
+                flags::LAST,
+                msg(msn, 0, 64),
+                DataOp::ReadReq {
+                    rkey: k,
+                    raddr: DST,
+                },
+                &[],
+            )
+        };
+        assert!(nacks.is_empty(), "MSN {msn} refused: {nacks:?}");
+    }
+    let c = p.b.connection(ConnId(p.to_b)).unwrap();
+    assert_eq!(c.state, ConnState::Open);
+    // Every request executed (B's window moved on), but only the responses of the last
+    // window are kept: MSN n acknowledged everything at or before n - 1024.
+    assert_eq!(c.counters.messages_completed_rx, N as u64);
+    assert_eq!(c.responses_held(), 1024);
+    assert_eq!(c.counters.responses_retired_unacked, (N - 1024) as u64);
+    // Each atomic executed once.
+    let adds = (0..N).filter(|m| m % 5 == 4).count() as u64;
+    let r = p.mb.region(k).unwrap();
+    assert_eq!(u64::from_ne_bytes(r.data[8..16].try_into().unwrap()), adds);
+    // A copy of a retired READ is acknowledged and ignored, not executed again.
+    let held = c.responses_held();
+    assert!(p
+        .send_b(
+            flags::LAST,
+            msg(3, 0, 64),
+            DataOp::ReadReq {
+                rkey: k,
+                raddr: DST
+            },
+            &[]
+        )
+        .is_empty());
+    assert_eq!(
+        p.b.connection(ConnId(p.to_b)).unwrap().responses_held(),
+        held
+    );
+}

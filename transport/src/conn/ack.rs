@@ -157,12 +157,12 @@ impl Connection {
                 }
                 ChunkRef::Resp { stream, msn, chunk } => {
                     if let Some(s) = self.streams.get_mut(&stream) {
-                        let done = s.responses.get_mut(&msn).map(|r| {
+                        let done = s.responses.get_mut(msn).map(|r| {
                             r.acked.set(chunk);
                             r.acked.count() == r.chunks
                         });
                         if done == Some(true) {
-                            s.responses.remove(&msn);
+                            s.responses.take(msn);
                         }
                     }
                 }
@@ -212,7 +212,7 @@ impl Connection {
                     self.retx.push_back((c, path));
                 } else if let Some(s) = self.streams.get_mut(&stream) {
                     // Our response was refused (the requester's stream vanished): stop.
-                    s.responses.remove(&msn);
+                    s.responses.take(msn);
                 }
                 return;
             }

@@ -143,12 +143,45 @@ struct Stream {
     posted: VecDeque<RecvWr>,
     /// Receives consumed so far: the RSN of `posted[0]`.
     consumed_rsn: u32,
-    responses: HashMap<u32, Resp>,
+    /// READ / atomic responses executed and not yet acknowledged, by MSN: at most a stream
+    /// window of them (spec/transport.md RES-2).
+    responses: msn_ring::MsnRing<Resp>,
+    /// The next response chunk to send for the first time: (MSN, chunk); responses go out
+    /// in MSN order, and one retired before its turn is skipped.
+    resp_cursor: (u32, u32),
+    /// In `resp_active`.
+    in_resp_active: bool,
     /// An unreliable stream (verbs UC): its receive state (`uc.rs`).
     uc: Option<Box<uc::UcRx>>,
 }
 
 impl Stream {
+    /// The next response chunk to send for the first time, (MSN, chunk), if any, and
+    /// whether more may follow it.
+    fn next_resp_chunk(&mut self) -> Option<(u32, u32, bool)> {
+        let (mut msn, mut chunk) = self.resp_cursor;
+        if msn.wrapping_sub(self.responses.base()) >= 1 << 31 {
+            // Everything before the ring's base was retired, sent or not.
+            (msn, chunk) = (self.responses.base(), 0);
+        }
+        let found = loop {
+            if msn.wrapping_sub(self.responses.base()) as usize >= self.responses.span() {
+                break None;
+            }
+            match self.responses.get(msn) {
+                Some(r) if chunk < r.chunks => break Some((msn, chunk, r.chunks)),
+                _ => (msn, chunk) = (msn.wrapping_add(1), 0),
+            }
+        };
+        let Some((m, c, chunks)) = found else {
+            self.resp_cursor = (msn, chunk);
+            return None;
+        };
+        self.resp_cursor = (m, c + 1);
+        let later = (m.wrapping_sub(self.responses.base()) as usize) + 1 < self.responses.span();
+        Some((m, c, c + 1 < chunks || later))
+    }
+
     fn in_error(&self) -> bool {
         self.err_msn.is_some()
     }
@@ -238,7 +271,8 @@ pub struct Connection {
     rx_paths: Vec<RxPath>,
     streams: HashMap<u32, Stream>,
     active: VecDeque<u32>,
-    resp_queue: VecDeque<ChunkRef>,
+    /// Streams with responses still to be sent for the first time (round robin by packet).
+    resp_active: VecDeque<u32>,
     retx: VecDeque<(ChunkRef, u8)>,
     /// A tail-loss probe due on path `.1`: sent past every window (the window is full of the
     /// very packets whose fate it asks about) and with ACK_REQ.
@@ -392,7 +426,7 @@ impl Connection {
             rx_paths: Vec::new(),
             streams: HashMap::default(),
             active: VecDeque::new(),
-            resp_queue: VecDeque::new(),
+            resp_active: VecDeque::new(),
             retx: VecDeque::new(),
             tlp: None,
             rnr_wait: Vec::new(),
@@ -548,6 +582,15 @@ impl Connection {
             && (self.base_rtt(), self.pilot_wait_until()) == self.pt_key
     }
 
+    /// READ / atomic responses this end holds for its peer: executed, not yet acknowledged
+    /// (at most a stream window per stream, spec/transport.md RES-2).
+    pub fn responses_held(&self) -> usize {
+        self.streams
+            .values()
+            .map(|s| s.responses.values().count())
+            .sum()
+    }
+
     /// Work requests not yet completed, across all streams (send side).
     pub fn outstanding(&self) -> usize {
         self.streams.values().map(|s| s.wrs.len()).sum()
@@ -556,7 +599,7 @@ impl Connection {
     fn has_unsent(&self) -> bool {
         self.tlp.is_some()
             || !self.retx.is_empty()
-            || !self.resp_queue.is_empty()
+            || !self.resp_active.is_empty()
             || !self.active.is_empty()
     }
 

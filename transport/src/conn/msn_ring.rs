@@ -59,6 +59,47 @@ impl<T> MsnRing<T> {
     pub(super) fn values(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().flatten()
     }
+
+    /// The oldest MSN the ring can hold.
+    pub(super) fn base(&self) -> u32 {
+        self.base
+    }
+
+    /// How many MSNs from the base have a slot (live or empty).
+    pub(super) fn span(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.slots.iter().all(Option::is_none)
+    }
+
+    /// Take the entry of `msn` out of any position. Empty slots at the front go too (the base
+    /// moves past them), so a ring whose entries are taken out of order stays as short as its
+    /// oldest live entry allows. Only for state whose entries are made in MSN order (nothing
+    /// is ever inserted behind a later entry).
+    pub(super) fn take(&mut self, msn: u32) -> Option<T> {
+        let i = self.index(msn)?;
+        let v = self.slots.get_mut(i)?.take();
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.base = self.base.wrapping_add(1);
+        }
+        v
+    }
+
+    /// Drop every entry for an MSN before `msn` and move the base up to it; returns how many
+    /// live entries were dropped. An `msn` at or behind the base changes nothing.
+    pub(super) fn retire_before(&mut self, msn: u32) -> usize {
+        let rel = msn.wrapping_sub(self.base);
+        if rel == 0 || rel >= 1 << 31 {
+            return 0;
+        }
+        let n = (rel as usize).min(self.slots.len());
+        let live = self.slots.drain(..n).flatten().count();
+        self.base = msn;
+        live
+    }
 }
 
 #[cfg(test)]
@@ -84,5 +125,26 @@ mod tests {
         assert!(r.get_or_insert_with(u32::MAX - 1, || 0).is_none());
         assert_eq!(r.pop_base(1), Some(11));
         assert_eq!(r.values().count(), 0);
+    }
+
+    #[test]
+    fn taken_out_of_order_and_retired_from_the_front() {
+        let mut r: MsnRing<u32> = MsnRing::default();
+        for m in [0, 2, 3, 7] {
+            r.get_or_insert_with(m, || m);
+        }
+        assert_eq!(r.take(2), Some(2));
+        assert_eq!(r.slots.len(), 8, "a hole in the middle stays");
+        assert_eq!(r.take(0), Some(0));
+        assert_eq!((r.base, r.slots.len()), (3, 5), "front holes go with it");
+        assert_eq!(r.take(0), None, "behind the base");
+        assert_eq!(r.retire_before(3), 0, "at the base");
+        assert_eq!(r.retire_before(u32::MAX), 0, "behind the base");
+        assert_eq!(r.retire_before(5), 1, "3 dropped, 4 was empty");
+        assert_eq!((r.base, r.get(7)), (5, Some(&7)));
+        assert_eq!(r.retire_before(100), 1);
+        assert!(r.is_empty() && r.slots.is_empty() && r.base == 100);
+        assert!(r.get_or_insert_with(99, || 0).is_none());
+        assert_eq!(r.get_or_insert_with(100, || 5), Some(&mut 5));
     }
 }

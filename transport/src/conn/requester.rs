@@ -32,7 +32,9 @@ impl Connection {
                 rx_msgs: Default::default(),
                 posted: VecDeque::new(),
                 consumed_rsn: 0,
-                responses: HashMap::default(),
+                responses: Default::default(),
+                resp_cursor: (0, 0),
+                in_resp_active: false,
                 uc: None,
             },
         );
@@ -267,7 +269,10 @@ impl Connection {
         }
         self.retx.clear();
         self.tlp = None;
-        self.resp_queue.clear();
+        self.resp_active.clear();
+        for s in self.streams.values_mut() {
+            s.in_resp_active = false;
+        }
         self.active.clear();
         self.rnr_wait.clear();
     }
@@ -283,7 +288,7 @@ impl Connection {
             ChunkRef::Resp { stream, msn, chunk } => self
                 .streams
                 .get(&stream)
-                .and_then(|s| s.responses.get(&msn))
+                .and_then(|s| s.responses.get(msn))
                 .is_some_and(|r| !r.acked.get(chunk)),
         }
     }
@@ -364,7 +369,7 @@ impl Connection {
             ChunkRef::Resp { msn, .. } => {
                 // The region behind a READ went away after the request was accepted.
                 if let Some(s) = self.streams.get_mut(&stream) {
-                    s.responses.remove(&msn);
+                    s.responses.take(msn);
                     let remote = s.remote;
                     self.counters.remote_access_refused += 1;
                     self.nack_queue.push_back(late_nack(remote, msn));

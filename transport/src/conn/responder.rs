@@ -197,6 +197,11 @@ impl Connection {
         if rel as u32 >= window {
             return Verdict::Refuse(NackReason::Sequence, 0);
         }
+        // RES-2: a requester starts MSN m only after every MSN a window before it completed,
+        // its response placed (STREAM-2), so this request acknowledges their responses. One
+        // that never acknowledges them otherwise holds at most a window of them.
+        let retired = s.responses.retire_before(m.msn.wrapping_sub(window - 1));
+        self.counters.responses_retired_unacked += retired as u64;
         if let Some(e) = s.rx_err {
             // From the failed message on, the responder side is in Error: the failed
             // message (a resend of it, too) keeps its reason, later ones are refused as
@@ -529,41 +534,33 @@ impl Connection {
                 RxKind::Write => {}
                 RxKind::Read { rkey, raddr } => {
                     let chunks = msg.length.div_ceil(mtu).max(1);
-                    s.responses.insert(
-                        base,
-                        Resp {
-                            kind: RespKind::Read { rkey, raddr },
-                            length: msg.length,
-                            chunks,
-                            acked: Bits::new(chunks),
-                        },
-                    );
-                    for c in 0..chunks {
-                        self.resp_queue.push_back(ChunkRef::Resp {
-                            stream: local,
-                            msn: base,
-                            chunk: c,
-                        });
+                    // The ring's base never passes the stream's (RES-2 retires only MSNs a
+                    // window behind an accepted request), so the slot exists.
+                    let _ = s.responses.get_or_insert_with(base, || Resp {
+                        kind: RespKind::Read { rkey, raddr },
+                        length: msg.length,
+                        chunks,
+                        acked: Bits::new(chunks),
+                    });
+                    if !s.in_resp_active {
+                        s.in_resp_active = true;
+                        self.resp_active.push_back(local);
                     }
                 }
                 RxKind::Atomic { rkey, raddr, op } => {
                     // Validated on arrival; a region deregistered since then yields a NACK.
                     match mem.atomic_remote(s.pd, rkey, raddr, op) {
                         Ok(orig) => {
-                            s.responses.insert(
-                                base,
-                                Resp {
-                                    kind: RespKind::Atomic { orig },
-                                    length: 8,
-                                    chunks: 1,
-                                    acked: Bits::new(1),
-                                },
-                            );
-                            self.resp_queue.push_back(ChunkRef::Resp {
-                                stream: local,
-                                msn: base,
-                                chunk: 0,
+                            let _ = s.responses.get_or_insert_with(base, || Resp {
+                                kind: RespKind::Atomic { orig },
+                                length: 8,
+                                chunks: 1,
+                                acked: Bits::new(1),
                             });
+                            if !s.in_resp_active {
+                                s.in_resp_active = true;
+                                self.resp_active.push_back(local);
+                            }
                         }
                         Err(_) => {
                             self.counters.remote_access_refused += 1;

@@ -244,9 +244,25 @@ impl Connection {
                 if self.chunk_needed(&c) {
                     return Some((c, a, true));
                 }
-            } else if let Some(c) = self.resp_queue.pop_front() {
-                if self.chunk_needed(&c) {
-                    return Some((c, u8::MAX, false));
+            } else if let Some(id) = self.resp_active.pop_front() {
+                let Some(s) = self.streams.get_mut(&id) else {
+                    continue;
+                };
+                match s.next_resp_chunk() {
+                    Some((msn, chunk, more)) => {
+                        if more {
+                            self.resp_active.push_back(id);
+                        } else {
+                            s.in_resp_active = false;
+                        }
+                        let c = ChunkRef::Resp {
+                            stream: id,
+                            msn,
+                            chunk,
+                        };
+                        return Some((c, u8::MAX, false));
+                    }
+                    None => s.in_resp_active = false,
                 }
             } else {
                 return self.next_new_chunk().map(|c| (c, u8::MAX, false));
@@ -347,7 +363,7 @@ impl Connection {
                 chunk: ci,
             } => {
                 let s = self.streams.get(&stream).ok_or(())?;
-                let r = s.responses.get(&msn).ok_or(())?;
+                let r = s.responses.get(msn).ok_or(())?;
                 let off = ci * mtu;
                 let (op, plen, src) = match r.kind {
                     // A zero-length READ reads nothing (and was never checked against a key).
