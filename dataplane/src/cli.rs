@@ -3,6 +3,7 @@
 //! (`ferroce bench dataplane ...`). Both take the arguments after the subcommand and return
 //! the process exit code.
 
+use std::io::Write as _;
 use crate::config::{default_eal_args, Config};
 use std::path::PathBuf;
 
@@ -139,7 +140,8 @@ pub fn main_dataplane(args: &[String]) -> i32 {
                     "--json" => json = true,
                     "-v" | "--verbose" | "--dpdk-log" => dpdk_log = true,
                     "-h" | "--help" => {
-                        println!("{DATAPLANE_USAGE}");
+                        // Not println!: a closed pipe (`| head`) is no reason to panic.
+                        let _ = writeln!(std::io::stdout(), "{DATAPLANE_USAGE}");
                         return 0;
                     }
                     s if s.starts_with("--set=") => sets.push(s["--set=".len()..].to_string()),
@@ -182,7 +184,8 @@ pub fn main_dataplane(args: &[String]) -> i32 {
             }
         }
         "-h" | "--help" | "help" => {
-            println!("{DATAPLANE_USAGE}");
+            // Not println!: a closed pipe (`| head`) is no reason to panic.
+            let _ = writeln!(std::io::stdout(), "{DATAPLANE_USAGE}");
             0
         }
         c => {

@@ -117,6 +117,57 @@ pub struct Eal {
     pub rest: Vec<String>,
 }
 
+/// EAL creates its runtime directory (`/var/run/dpdk/<file-prefix>`) in `rte_eal_init` and
+/// never removes it, so every DPDK process leaves one behind (a test run left hundreds). For
+/// ferroce's own prefix, `ferroce-<pid>` (the default EAL arguments), the directory is
+/// private to this process: it is removed at exit, and those of processes that are gone
+/// (killed, so no exit handler ran) are removed at start-up. Other prefixes may be shared with
+/// other DPDK processes and are left alone.
+fn tidy_runtime_dirs() {
+    let Some(dir) = own_runtime_dir() else {
+        return;
+    };
+    if let Some(parent) = dir.parent() {
+        for e in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let pid = name.to_str().and_then(|n| n.strip_prefix("ferroce-"));
+            if let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+    extern "C" fn at_exit() {
+        if let Some(dir) = own_runtime_dir() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    extern "C" {
+        fn atexit(f: extern "C" fn()) -> c_int;
+    }
+    // SAFETY: registers a plain function with no captured state, run once at exit.
+    unsafe {
+        atexit(at_exit);
+    }
+}
+
+/// EAL's runtime directory, if it is ferroce's per-process one (`ferroce-<this pid>`).
+fn own_runtime_dir() -> Option<std::path::PathBuf> {
+    // SAFETY: EAL is initialised (callers run after rte_eal_init); the string is EAL's own
+    // static buffer.
+    let dir = unsafe {
+        let p = ffi::rte_eal_get_runtime_dir();
+        if p.is_null() {
+            return None;
+        }
+        CStr::from_ptr(p).to_string_lossy().into_owned()
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let ours = format!("ferroce-{}", std::process::id());
+    (dir.file_name()? == ours.as_str()).then_some(dir)
+}
+
 impl Eal {
     /// Initialise EAL with `args`, exactly as a DPDK program's `argv` (the first is the program
     /// name). The arguments are passed through unchanged.
@@ -157,6 +208,7 @@ impl Eal {
             return Err(Error::errno(format!("rte_eal_init({})", args.join(" "))));
         }
         let rest = args.iter().skip(n as usize + 1).cloned().collect();
+        tidy_runtime_dirs();
         // SAFETY: EAL is initialised; rte_get_tsc_hz reads a global set by it.
         let tsc_hz = unsafe { ffi::ferroce_tsc_hz() };
         Ok(Eal { tsc_hz, rest })
