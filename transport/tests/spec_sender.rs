@@ -371,3 +371,67 @@ fn an_rnr_nack_holds_the_chunk_for_its_delay_then_resends_it_under_a_new_psn() {
         );
     }
 }
+
+// checks: [PATH-6] [PATH-4]
+#[test]
+fn a_probe_ack_with_probe_seq_zero_vouches_for_nothing_before_the_first_probe() {
+    use ferroce_transport::wire::ProbeRepr;
+    let mut p = Pair::new();
+    let rkey = p.mb.register(1, DST, 4096, access::REMOTE_WRITE);
+    let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
+    let op = SendOp::Write {
+        rkey,
+        raddr: DST,
+        imm: None,
+    };
+    p.a.post_send(p.a_conn, 1, wr(1, op, sge(lkey, 0x1000, 4 * P)))
+        .unwrap();
+    // Everything A sends is lost, until its RTO makes the path Suspect: its first PROBE is
+    // queued then, and until it goes out the path's probe_seq is still 0.
+    let path = |p: &Pair| {
+        let x = p.a.connection(p.a_conn).unwrap().path(0).unwrap();
+        (x.state, x.probe_seq)
+    };
+    let mut suspect = false;
+    for _ in 0..50_000 {
+        if p.a.poll_timeout().is_some_and(|t| t <= p.now) {
+            p.a.handle_timeout(p.now);
+        }
+        if path(&p) == (PathState::Suspect, 0) {
+            suspect = true;
+            break;
+        }
+        while p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma).is_some() {}
+        p.now += 1_000;
+    }
+    assert!(
+        suspect,
+        "the path never became Suspect before its first PROBE"
+    );
+    // A PROBE_ACK echoing 0 (a forged one, or the answer to a hint request) answers no PROBE.
+    let forged = crafted(
+        p.to_a,
+        0,
+        0,
+        Body::ProbeAck(ProbeRepr {
+            probe_seq: 0,
+            ts: 1,
+        }),
+    );
+    p.a.handle_datagram(p.now, B, 40_000, false, &forged, &mut p.ma);
+    assert_eq!(path(&p), (PathState::Suspect, 0), "accepted");
+    // The PROBE goes out with probe_seq 1, and its answer is accepted.
+    while p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma).is_some() {}
+    assert_eq!(path(&p), (PathState::Suspect, 1));
+    let answer = crafted(
+        p.to_a,
+        0,
+        0,
+        Body::ProbeAck(ProbeRepr {
+            probe_seq: 1,
+            ts: 1,
+        }),
+    );
+    p.a.handle_datagram(p.now, B, 40_000, false, &answer, &mut p.ma);
+    assert_eq!(path(&p).0, PathState::Good);
+}

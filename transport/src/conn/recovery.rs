@@ -35,8 +35,9 @@ impl Connection {
                 return;
             }
             // Only the latest probe vouches for the current route: an older one may have
-            // travelled on a port the path has since left.
-            if tp.state != PathState::Good && pr.probe_seq == tp.probe_seq {
+            // travelled on a port the path has since left. Before the path's first PROBE
+            // there is none (probe_seq 0 is what hint requests carry, PATH-4).
+            if tp.state != PathState::Good && tp.probe_seq != 0 && pr.probe_seq == tp.probe_seq {
                 self.no_progress_rtos = 0;
                 tp.state = PathState::Good;
                 tp.probe_at = None;
