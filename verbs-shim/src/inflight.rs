@@ -96,6 +96,37 @@ pub fn unregister(qp: &QpShared) -> Vec<(u64, WrMeta)> {
     drain(qp)
 }
 
+/// Shim-owned copies (inline sends) of destroyed QPs' work in flight, by transport `wr_id`:
+/// the QP's stream stays in the engine and may still resend from them, so each stays
+/// registered until its work request's completion comes (then [`take_orphan`] frees it).
+/// `ORPHANS_N` spares the completion path the lock while there are none (the usual case).
+static ORPHANS: std::sync::Mutex<Vec<(u64, u32)>> = std::sync::Mutex::new(Vec::new());
+static ORPHANS_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Keep the owned copies among a destroyed QP's forgotten work (`unregister`'s result).
+pub fn orphan_copies(metas: &[(u64, WrMeta)]) {
+    let mut o = lock(&ORPHANS);
+    o.extend(
+        metas
+            .iter()
+            .filter(|(_, m)| m.owned_key != 0)
+            .map(|(id, m)| (*id, m.owned_key)),
+    );
+    ORPHANS_N.store(o.len(), Ordering::Release);
+}
+
+/// The owned copy of a destroyed QP's work request `id`, now complete: its key, to free.
+pub fn take_orphan(id: u64) -> Option<u32> {
+    if ORPHANS_N.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let mut o = lock(&ORPHANS);
+    let i = o.iter().position(|(x, _)| *x == id)?;
+    let (_, key) = o.swap_remove(i);
+    ORPHANS_N.store(o.len(), Ordering::Release);
+    Some(key)
+}
+
 /// Keep `meta` for its completion (in the table of `meta.qp`); the transport's `wr_id`.
 pub fn insert(meta: WrMeta) -> u64 {
     let qp = meta.qp.clone();

@@ -603,7 +603,15 @@ pub fn set_qp_error(qp: &QpShared) {
 fn complete(c: Completion, t: &mut dyn Transport) {
     let g = global();
     let Some(meta) = crate::inflight::take(c.wr_id) else {
-        return; // flushed by the shim already
+        // Flushed by the shim already, or its QP was destroyed; an inline copy the stream
+        // could still resend from is no longer needed.
+        if let Some(key) = crate::inflight::take_orphan(c.wr_id) {
+            g.mrs
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .deregister(key);
+        }
+        return;
     };
     match &meta.ext {
         Ext::Plain => {}

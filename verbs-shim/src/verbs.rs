@@ -1487,9 +1487,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // conversation (an ACK was lost) and must get its answer, not an unknown-stream refusal.
     // What it places goes through the MR table, which no longer has this QP's regions once
     // the application deregisters them.
-    // Work still in flight completes into nothing (an inline copy stays registered: the
-    // idle stream may still resend from it).
-    drop(crate::inflight::unregister(&b.st));
+    // Work still in flight completes into nothing; an inline copy stays registered while
+    // the idle stream may still resend from it, and goes with the work request's completion.
+    crate::inflight::orphan_copies(&crate::inflight::unregister(&b.st));
     state::conns(b.st.mode)
         .waiting
         .values_mut()
