@@ -3,8 +3,8 @@
 //! (`ferroce bench dataplane ...`). Both take the arguments after the subcommand and return
 //! the process exit code.
 
-use std::io::Write as _;
 use crate::config::{default_eal_args, Config};
+use std::io::Write as _;
 use std::path::PathBuf;
 
 /// The EAL arguments `run` uses: DPDK's start-up chatter (EAL, TELEMETRY lines) stays out of

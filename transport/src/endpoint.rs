@@ -144,7 +144,8 @@ impl Endpoint {
         };
         c.timer_dirty = false;
         c.refresh_timers();
-        let d = c.poll_timeout();
+        let (d, work) = c.deadlines();
+        c.work_at = work;
         if d != c.timer_at {
             c.timer_at = d;
             if let Some(t) = d {

@@ -303,6 +303,9 @@ pub struct Connection {
     /// Bookkeeping of the endpoint's ready queue, timer heap and fair-share list.
     pub(crate) in_ready: bool,
     pub(crate) timer_at: Option<u64>,
+    /// The next deadline other than the pacer's, as of `timer_at` (`deadlines().1`): a
+    /// timeout before it is the pacer's alone.
+    pub(crate) work_at: Option<u64>,
     /// Something happened since `timer_at` was computed (the endpoint recomputes it once per
     /// batch of events, not once per event).
     pub(crate) timer_dirty: bool,
@@ -448,6 +451,7 @@ impl Connection {
             backlog_at: 0,
             in_ready: false,
             timer_at: None,
+            work_at: None,
             timer_dirty: false,
             in_rx_active: false,
             no_progress_rtos: 0,

@@ -79,6 +79,12 @@ impl Connection {
     /// The connection's next deadline. With the timer table up to date (the endpoint
     /// refreshes it), a pass over its compact rows; otherwise from the paths themselves.
     pub fn poll_timeout(&self) -> Option<u64> {
+        self.deadlines().0
+    }
+
+    /// The next deadline, and the next one other than the pacer's (which, at a paced rate,
+    /// comes once per packet and needs none of `handle_timeout`'s passes over the paths).
+    pub(crate) fn deadlines(&self) -> (Option<u64>, Option<u64>) {
         let mut t: Option<u64> = self.ctrl_at;
         let mut min = |x: Option<u64>| {
             if let Some(x) = x {
@@ -135,13 +141,6 @@ impl Connection {
         for (at, _) in &self.rnr_wait {
             min(Some(*at));
         }
-        // Only future deadlines that `handle_timeout` clears, or the embedder would spin.
-        if self.pace_armed
-            && self.has_unsent()
-            && matches!(self.state, ConnState::Open | ConnState::Closing)
-        {
-            min(Some(self.pace_next));
-        }
         if let Some(at) = self.hint_req_at {
             if self.state == ConnState::Open {
                 min(Some(at + self.cfg.initial_rto_ns));
@@ -152,7 +151,16 @@ impl Connection {
                 }
             }
         }
-        t
+        let work = t;
+        // Only future deadlines that `handle_timeout` clears, or the embedder would spin.
+        let mut all = work;
+        if self.pace_armed
+            && self.has_unsent()
+            && matches!(self.state, ConnState::Open | ConnState::Closing)
+        {
+            all = Some(all.map_or(self.pace_next, |x| x.min(self.pace_next)));
+        }
+        (all, work)
     }
 
     /// A path's tail-loss probe deadline. While the pilot is unanswered, not before the time
@@ -174,6 +182,23 @@ impl Connection {
     }
 
     pub(crate) fn handle_timeout(&mut self, now: u64) {
+        // The pacer's wake-up alone (one per packet at a paced rate): no path, ACK, control
+        // or hint deadline is due, so the passes over the paths below would find nothing.
+        // The endpoint recomputed `work_at` just before (it flushes its timers first); a
+        // path away from its home plane whose home probe is not scheduled yet gets it
+        // scheduled by the full pass, as before.
+        if self.work_at.is_none_or(|w| w > now)
+            && self.timers_clean()
+            && !self
+                .paths
+                .iter()
+                .any(|p| p.plane != p.home_plane && p.home_probe_at.is_none())
+        {
+            if self.pace_armed && self.pace_next <= now {
+                self.pace_armed = false;
+            }
+            return;
+        }
         if let Some(at) = self.ctrl_at {
             if at <= now {
                 self.ctrl_at = None;
