@@ -87,6 +87,27 @@ pub struct BenchArgs {
     /// Also print per-run details (every loss run, wall times, simulator events).
     #[arg(long, short, global = true)]
     pub verbose: bool,
+    /// Loss only: the curve on real packets instead of the simulator's. Unmodified
+    /// `ib_write_bw` over the verbs shim, two processes and their DPDK engines in a network
+    /// namespace, native and RoCEv2, the simulator's share beside each point (needs root,
+    /// perftest and a built shim). Writes loss_real.csv and loss_real.svg.
+    #[arg(long, global = true)]
+    pub real: bool,
+    /// Loss --real only: loss rates in percent (comma-separated; 0 is always added)
+    /// [default: 0,0.1,0.5,1,2,5; --quick 0,1].
+    #[arg(long, value_delimiter = ',', value_name = "PCT,...", global = true)]
+    pub rates: Vec<f64>,
+    /// Loss --real only: what joins the two processes: af_packet (a veth pair) or memif.
+    #[arg(long, default_value = "af_packet", global = true)]
+    pub pmd: String,
+    /// Loss --real only: seconds of each ib_write_bw run (-D) [default: 5; --quick 2].
+    #[arg(long, value_name = "S", global = true,
+          value_parser = clap::value_parser!(u32).range(1..=600))]
+    pub seconds: Option<u32>,
+    /// Loss --real only: the directory holding the shim's libibverbs.so [default: next to
+    /// this program, or $FERROCE_VERBS_LIB].
+    #[arg(long, value_name = "DIR", global = true)]
+    pub lib: Option<PathBuf>,
     /// Incast only: run just these sender counts (comma-separated, e.g. `64` or `8,64`).
     #[arg(long, value_delimiter = ',', value_name = "N,...", global = true,
           value_parser = clap::value_parser!(u16).range(1..=127))]

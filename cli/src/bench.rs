@@ -604,6 +604,9 @@ pub fn run(a: &BenchArgs) -> Result<bool, String> {
     if which == BenchWhich::Core {
         return run_core(a, opts, &bar);
     }
+    if which == BenchWhich::Loss && a.real {
+        return crate::loss_real::run(a, opts, &bar);
+    }
     let all = which == BenchWhich::All;
     if all || which == BenchWhich::Loss {
         let r = loss::run(&LossConfig::new(opts), &bar);

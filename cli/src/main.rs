@@ -4,6 +4,7 @@
 mod args;
 mod bench;
 mod format;
+mod loss_real;
 mod output;
 mod run;
 mod soak;

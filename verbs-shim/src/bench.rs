@@ -666,3 +666,85 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
     std::fs::remove_dir_all(&libs).ok();
     Ok(rows)
 }
+
+/// `ib_write_bw` over the shim on one veth loop, run again and again (for `ferroce bench loss
+/// --real`, which sweeps the loss rate): the namespace, the veth pair and the directory of
+/// libraries are made once and removed when this is dropped.
+pub struct WriteBw {
+    veth: VethLoop,
+    libs: PathBuf,
+    pmd: Pmd,
+    runs: u32,
+}
+
+impl WriteBw {
+    /// `pmd`: `af_packet` or `memif`; `lib`: where the shim is (as `--lib`).
+    pub fn new(pmd: &str, lib: Option<&Path>) -> Result<WriteBw, String> {
+        if !netns::is_root() {
+            return Err("needs root (network namespaces, DPDK)".into());
+        }
+        if !Path::new("/usr/bin/ib_write_bw").exists() {
+            return Err("/usr/bin/ib_write_bw missing: install perftest".into());
+        }
+        let pmd = match pmd {
+            "af_packet" | "net_af_packet" => Pmd::AfPacket,
+            "memif" | "net_memif" => Pmd::Memif,
+            p => return Err(format!("unknown PMD {p:?} (af_packet, memif)")),
+        };
+        let shim = find_shim(lib)?;
+        let libs = lib_dir(&shim)?;
+        let veth = VethLoop::create("bl").map_err(|e| {
+            let _ = std::fs::remove_dir_all(&libs);
+            format!("veth set-up: {e}")
+        })?;
+        Ok(WriteBw {
+            veth,
+            libs,
+            pmd,
+            runs: 0,
+        })
+    }
+
+    /// What joins the two processes, for the report.
+    pub fn pmd_name(&self) -> &'static str {
+        self.pmd.name()
+    }
+
+    /// One `ib_write_bw -s size -D secs` between two processes on device `dev` (`ferroce0`
+    /// native, `ferroce0_rocev2`), every party's transmit losing `loss`: perftest's average
+    /// bandwidth in Gbit/s.
+    pub fn run(&mut self, dev: &str, size: u32, secs: u32, loss: f64) -> Result<f64, String> {
+        self.runs += 1;
+        let args: Vec<String> = format!("-d {dev} -x 1 -F -s {size} -D {}", secs.max(1))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let sock = std::env::temp_dir().join(format!(
+            "ferroce-bl-{}-{}.sock",
+            std::process::id(),
+            self.runs
+        ));
+        let r = perftest(
+            &self.veth.ns,
+            &self.veth.ifname,
+            self.pmd,
+            &sock,
+            &self.libs,
+            "ib_write_bw",
+            &args,
+            loss,
+        );
+        std::fs::remove_file(&sock).ok();
+        let r = r?;
+        // BW average [MB/sec] (perftest's MB = 2^20 bytes) as Gbit/s.
+        r[3].parse::<f64>()
+            .map(|mb| mb * 8.0 * 1.048_576 / 1000.0)
+            .map_err(|_| format!("ib_write_bw printed {r:?}"))
+    }
+}
+
+impl Drop for WriteBw {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.libs);
+    }
+}
