@@ -119,10 +119,11 @@ pub struct Eal {
 
 /// EAL creates its runtime directory (`/var/run/dpdk/<file-prefix>`) in `rte_eal_init` and
 /// never removes it, so every DPDK process leaves one behind (a test run left hundreds). For
-/// ferroce's own prefix, `ferroce-<pid>` (the default EAL arguments), the directory is
-/// private to this process: it is removed at exit, and those of processes that are gone
-/// (killed, so no exit handler ran) are removed at start-up. Other prefixes may be shared with
-/// other DPDK processes and are left alone.
+/// ferroce's own per-process prefixes, `ferroce-<pid>` and `ferroce-<tag>-<pid>` (the default
+/// EAL arguments and the benchmarks'), the directory is private to this process: it is
+/// removed at exit, and those of processes that are gone (killed, so no exit handler ran)
+/// are removed at start-up. Other prefixes may be shared with other DPDK processes and are
+/// left alone.
 fn tidy_runtime_dirs() {
     let Some(dir) = own_runtime_dir() else {
         return;
@@ -130,8 +131,7 @@ fn tidy_runtime_dirs() {
     if let Some(parent) = dir.parent() {
         for e in std::fs::read_dir(parent).into_iter().flatten().flatten() {
             let name = e.file_name();
-            let pid = name.to_str().and_then(|n| n.strip_prefix("ferroce-"));
-            if let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) {
+            if let Some(pid) = name.to_str().and_then(prefix_pid) {
                 if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
@@ -152,7 +152,13 @@ fn tidy_runtime_dirs() {
     }
 }
 
-/// EAL's runtime directory, if it is ferroce's per-process one (`ferroce-<this pid>`).
+/// The pid of a ferroce per-process prefix: `ferroce-<pid>` or `ferroce-<tag>-<pid>`.
+fn prefix_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("ferroce-")?;
+    rest.rsplit('-').next()?.parse().ok()
+}
+
+/// EAL's runtime directory, if it is one of ferroce's per-process ones (for this pid).
 fn own_runtime_dir() -> Option<std::path::PathBuf> {
     // SAFETY: EAL is initialised (callers run after rte_eal_init); the string is EAL's own
     // static buffer.
@@ -164,8 +170,8 @@ fn own_runtime_dir() -> Option<std::path::PathBuf> {
         CStr::from_ptr(p).to_string_lossy().into_owned()
     };
     let dir = std::path::PathBuf::from(dir);
-    let ours = format!("ferroce-{}", std::process::id());
-    (dir.file_name()? == ours.as_str()).then_some(dir)
+    let pid = prefix_pid(dir.file_name()?.to_str()?)?;
+    (pid == std::process::id()).then_some(dir)
 }
 
 impl Eal {
@@ -849,6 +855,15 @@ impl Drop for Port {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_ferroce_per_process_prefixes_name_a_pid() {
+        assert_eq!(prefix_pid("ferroce-123"), Some(123));
+        assert_eq!(prefix_pid("ferroce-bench-verbs-77"), Some(77));
+        assert_eq!(prefix_pid("rte"), None);
+        assert_eq!(prefix_pid("ferroce-x"), None);
+        assert_eq!(prefix_pid("other-12"), None);
+    }
 
     #[test]
     fn shim_constants() {
