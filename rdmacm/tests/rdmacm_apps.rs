@@ -1,4 +1,4 @@
-//! Unmodified rdma_cm programs (rping, ucmatose, rdma_server/rdma_client, every perftest
+//! Unmodified rdma_cm programs (rping, ucmatose, rdma_server/rdma_client, qperf -cm1, every perftest
 //! program with `-R`, and tests/c/cm_private.c) over ferroce's librdmacm.so.1
 //! and verbs shim: two processes in two network namespaces joined by a veth pair, each with
 //! its own DPDK engine on `net_af_packet` (engine addresses 198.18.0.11/.12, which the
@@ -425,4 +425,69 @@ fn perftest_other_tests_over_rdma_cm() {
             },
         );
     }
+}
+
+/// `qperf -cm1`: qperf's RC tests with their connections made through rdma_cm, the server
+/// (`qperf`, which serves until it is ended) in namespace 1, one client run per test naming
+/// the server's kernel address, which `FERROCE_CM_MAP` maps to its engine; each at 0 and 1 %
+/// loss. A test passes when qperf exits 0 and prints its figure with a positive value.
+#[test]
+fn qperf_rc_tests_over_rdma_cm() {
+    if let Err(why) = prerequisites() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    if !Path::new("/usr/bin/qperf").exists() {
+        eprintln!("SKIP: install qperf (scripts/setup.sh does)");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::new("q");
+    let map = "198.18.0.2=198.18.0.12";
+    let mut failures = Vec::new();
+    for loss in [0.0, 0.01] {
+        let mut server = env
+            .side(1, "qperf", loss, map, Duration::from_secs(200))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the qperf server");
+        std::thread::sleep(Duration::from_millis(1000));
+        for (test, what) in [
+            ("rc_bw", "bw"),
+            ("rc_lat", "latency"),
+            ("rc_rdma_write_bw", "bw"),
+            ("rc_rdma_read_lat", "latency"),
+            ("rc_compare_swap_mr", "msg_rate"),
+        ] {
+            let t0 = Instant::now();
+            let cmd = format!("qperf -cm1 -t 2 198.18.0.2 {test}");
+            let o = env
+                .side(0, &cmd, loss, map, Duration::from_secs(40))
+                .output()
+                .expect("qperf client");
+            let out = text(&o);
+            // e.g. "    bw  =  1.2 GB/sec" / "latency  =  85.3 us" / "msg_rate  =  12 K/sec"
+            let value = out
+                .lines()
+                .find(|l| l.trim_start().starts_with(what) && l.contains('='))
+                .and_then(|l| l.split('=').nth(1))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok());
+            let ok = o.status.success() && value.is_some_and(|v| v > 0.0);
+            eprintln!(
+                "| {cmd:<50} | {:>4.1} % | {} ({:.1} s) {value:?}",
+                loss * 100.0,
+                if ok { "pass" } else { "FAIL" },
+                t0.elapsed().as_secs_f64()
+            );
+            if !ok {
+                failures.push(format!("{cmd} at {loss}: {:?}\n{out}", o.status.code()));
+            }
+        }
+        // The server serves until it is ended: ours, by its pid.
+        let _ = server.kill();
+        let _ = server.wait();
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
