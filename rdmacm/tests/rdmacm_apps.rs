@@ -1,6 +1,6 @@
-//! Unmodified rdma_cm programs (rping, ucmatose, rdma_server/rdma_client, qperf -cm1, every perftest
-//! program with `-R`, and tests/c/cm_private.c) over ferroce's librdmacm.so.1
-//! and verbs shim: two processes in two network namespaces joined by a veth pair, each with
+//! Unmodified rdma_cm programs (rping, ucmatose, rdma_server/rdma_client, qperf -cm1,
+//! every perftest program with `-R`, and tests/c/cm_private.c) over ferroce's
+//! librdmacm.so.1 and verbs shim: two processes in two network namespaces joined by a veth pair, each with
 //! its own DPDK engine on `net_af_packet` (engine addresses 198.18.0.11/.12, which the
 //! programs name; ucmatose names the kernel address 198.18.0.2 and reaches the engine
 //! through `FERROCE_CM_MAP`), native mode, without and with 1 % injected loss on every
