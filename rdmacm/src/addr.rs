@@ -5,7 +5,8 @@
 //! named address `a` to the engine address `b` (e.g. a host's kernel address to the address
 //! its ferroce engine answers on); an address not in the map is used as it is, so naming the
 //! engines' own addresses (`FERROCE_IP` of each side) needs no map. A bound address must map
-//! to 0.0.0.0 or to this process's engine (`FERROCE_IP`), else EADDRNOTAVAIL.
+//! to 0.0.0.0, a loopback address (taken as the engine, as Linux's rdma_cm binds loopback to
+//! its first device) or this process's engine (`FERROCE_IP`), else EADDRNOTAVAIL.
 
 use crate::events::{rdma_ack_cm_event, rdma_get_cm_event};
 use crate::id::*;
@@ -94,11 +95,22 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: null or the caller's hints.
     let h = unsafe { hints.as_ref() };
+    // Neither node nor service: the hints' own addresses, as rdma-core allows (libfabric's
+    // verbs provider passes the peer's address that way).
+    let hint_addrs = h.map(|h| {
+        (
+            sa_v4(h.ai_src_addr as *const libc::sockaddr),
+            sa_v4(h.ai_dst_addr as *const libc::sockaddr),
+        )
+    });
+    let from_hints = node.is_null() && service.is_null();
+    if res.is_null()
+        || (from_hints && !matches!(hint_addrs, Some((Ok(Some(_)), _) | (_, Ok(Some(_))))))
+    {
+        return fail(libc::EINVAL);
+    }
     let flags = h.map_or(0, |h| h.ai_flags);
     let passive = flags & RAI_PASSIVE as c_int != 0;
     let ps = h.map_or(0, |h| h.ai_port_space);
@@ -113,9 +125,20 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             return fail(libc::EPROTONOSUPPORT);
         }
     }
-    let a = match resolve(node, service, passive) {
-        Ok(a) => a,
-        Err(e) => return fail(e),
+    let (hint_src, hint_dst) = match hint_addrs {
+        Some((s, d)) => (s.ok().flatten(), d.ok().flatten()),
+        None => (None, None),
+    };
+    let a = if from_hints {
+        match (passive, hint_src, hint_dst) {
+            (true, Some(s), _) | (false, _, Some(s)) => s,
+            _ => return fail(libc::EINVAL),
+        }
+    } else {
+        match resolve(node, service, passive) {
+            Ok(a) => a,
+            Err(e) => return fail(e),
+        }
     };
     // SAFETY: a zeroed allocation of the struct, freed by rdma_freeaddrinfo.
     let ai = unsafe { libc::calloc(1, std::mem::size_of::<rdma_addrinfo>()) } as *mut rdma_addrinfo;
@@ -135,11 +158,9 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     } else {
         r.ai_dst_addr = malloc_sin(a) as *mut _;
         r.ai_dst_len = sin;
-        if let Some(h) = h {
-            if let Ok(Some(s)) = sa_v4(h.ai_src_addr as *const libc::sockaddr) {
-                r.ai_src_addr = malloc_sin(s) as *mut _;
-                r.ai_src_len = sin;
-            }
+        if let Some(s) = hint_src {
+            r.ai_src_addr = malloc_sin(s) as *mut _;
+            r.ai_src_len = sin;
         }
     }
     // SAFETY: writable (contract).

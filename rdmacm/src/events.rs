@@ -132,33 +132,49 @@ pub unsafe extern "C" fn rdma_migrate_id(
     let Some(p) = id_of(id) else {
         return fail(libc::EINVAL);
     };
-    // To a private channel (synchronous) is not offered.
-    if ch.is_null() || p.own_chan || !lock(global()).chans.contains_key(&(ch as usize)) {
+    // Only to an application's channel: to a private one (making the id synchronous) is not
+    // offered. From a private one it is, as rdma-core allows: libfabric's verbs provider
+    // creates its ids synchronous and moves them to its event queue's channel.
+    let mut g = lock(global());
+    if ch.is_null() || !g.chans.contains_key(&(ch as usize)) {
+        drop(g);
         return fail(libc::EINVAL);
     }
     let old = p.chan;
+    let was_own = p.own_chan;
+    if old == ch as *mut ChanPriv {
+        return 0;
+    }
     let moved: Vec<Box<EvPriv>> = {
         let mut q = lock(&p.chan().q);
         let (m, keep): (Vec<_>, Vec<_>) = q.drain(..).partition(|e| e.ev.id == id);
         q.extend(keep);
         m
     };
-    {
-        let mut g = lock(global());
-        if let Some(n) = g.chans.get_mut(&(old as usize)) {
-            *n = n.saturating_sub(1);
-        }
-        *g.chans.entry(ch as usize).or_default() += 1;
+    if was_own {
+        g.private_chans.remove(&(old as usize));
+    } else if let Some(n) = g.chans.get_mut(&(old as usize)) {
+        *n = n.saturating_sub(1);
     }
+    *g.chans.entry(ch as usize).or_default() += 1;
     let pm = p as *const IdPriv as *mut IdPriv;
-    // SAFETY: our id; the application does not use it concurrently during a migration
-    // (rdma-core's contract).
+    // SAFETY: our id; the engine thread reaches it only under the global lock, held here, and
+    // the application does not use it concurrently during a migration (rdma-core's
+    // contract).
     unsafe {
         (*pm).chan = ch as *mut ChanPriv;
+        (*pm).own_chan = false;
         (*pm).cm_mut().channel = ch;
     }
+    drop(g);
     for e in moved {
         p.chan().push(e);
+    }
+    if was_own {
+        // SAFETY: the id's private channel, no longer reachable from the id or the maps.
+        let c = unsafe { Box::from_raw(old) };
+        // SAFETY: its own eventfd.
+        unsafe { libc::close(c.ch.fd) };
     }
     0
 }

@@ -311,10 +311,16 @@ fn alloc_port() -> u16 {
     p
 }
 
-/// Bind `p` to `a` (mapped; 0.0.0.0 or the engine's own address), port 0 = ephemeral.
+/// Bind `p` to `a` (mapped; 0.0.0.0, a loopback address or the engine's own address), port
+/// 0 = ephemeral.
 fn bind(p: &IdPriv, a: SocketAddrV4) -> Result<(), c_int> {
     let me = ensure_started()?;
-    let ip = addr::map(*a.ip());
+    let mut ip = addr::map(*a.ip());
+    if ip.is_loopback() {
+        // Linux's rdma_cm binds a loopback address to the first RDMA device; here, the
+        // engine (libfabric's verbs provider binds 127.0.0.1 when given no address).
+        ip = me;
+    }
     if !ip.is_unspecified() && ip != me {
         return Err(libc::EADDRNOTAVAIL);
     }

@@ -491,3 +491,44 @@ fn qperf_rc_tests_over_rdma_cm() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// libfabric's verbs provider with connected (`-e msg`) endpoints, whose connections and
+/// event queue are rdma_cm's (0 and 1 % loss), and with datagram (`-e dgram`) endpoints.
+/// `fi_pingpong` names the server's kernel address, mapped to its engine by
+/// `FERROCE_CM_MAP` (its own control connection is TCP to that address).
+#[test]
+fn fi_pingpong_msg_and_dgram_endpoints() {
+    if !Path::new("/usr/bin/fi_pingpong").exists() {
+        eprintln!("SKIP: install libfabric-bin (scripts/setup.sh does)");
+        return;
+    }
+    let ok = |t: &str| t.lines().any(|l| l.contains("=10") && l.starts_with("64 "));
+    pair_test(
+        "f",
+        "fi_pingpong -p verbs -e msg -d ferroce0 -I 10 -S 64",
+        "fi_pingpong -p verbs -e msg -d ferroce0 -I 10 -S 64 198.18.0.2",
+        "198.18.0.2=198.18.0.12",
+        |c, _| {
+            if ok(c) {
+                Ok(())
+            } else {
+                Err("no result line \"64 ... =10\"".into())
+            }
+        },
+    );
+    // Datagrams are unreliable and fi_pingpong does not resend: lossless only. libfabric
+    // names a device's datagram domain `<device>-dgram`.
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::new("g");
+    let ((ct, cc), (st, sc)) = run_two(
+        &env,
+        "fi_pingpong -p verbs -e dgram -d ferroce0-dgram -I 10 -S 64",
+        "fi_pingpong -p verbs -e dgram -d ferroce0-dgram -I 10 -S 64 198.18.0.2",
+        0.0,
+        "198.18.0.2=198.18.0.12",
+    );
+    assert!(
+        cc == Some(0) && sc == Some(0) && ok(&ct),
+        "fi_pingpong -e dgram: client {cc:?}, server {sc:?}\nclient:\n{ct}\nserver:\n{st}"
+    );
+}
