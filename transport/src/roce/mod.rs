@@ -25,6 +25,7 @@
 //! dataplane) should call [`RoceEndpoint::handle_datagram_ip`] instead, which checks the ICRC
 //! over the real headers; or verify it itself and set [`RoceConfig::verify_icrc`] to false.
 
+pub mod cm;
 pub mod engine;
 mod qp;
 pub mod ud;
