@@ -7,8 +7,10 @@ use crate::sys::*;
 use crate::verbs::*;
 use std::ffi::{c_int, CStr};
 
-/// The native device (`ferroce0`): its context and a PD for ids given none.
-pub fn open_native_device() -> Option<(*mut ibv_context, *mut ibv_pd)> {
+/// The device whose CM the process uses ([`cm_device`]): its context and a PD for ids
+/// given none.
+pub fn open_cm_device() -> Option<(*mut ibv_context, *mut ibv_pd)> {
+    let want = cm_device().0;
     let mut n = 0;
     // SAFETY: verbs calls with valid arguments; the list is freed after use and the device
     // opened before that, as verbs allows.
@@ -21,7 +23,7 @@ pub fn open_native_device() -> Option<(*mut ibv_context, *mut ibv_pd)> {
         for i in 0..n.max(0) as usize {
             let d = *list.add(i);
             let name = CStr::from_ptr(ibv_get_device_name(d));
-            if name.to_bytes() == b"ferroce0" {
+            if name.to_bytes() == want.as_bytes() {
                 found = d;
             }
         }
@@ -61,10 +63,16 @@ fn init_attr(p: &IdPriv, a: &mut ibv_qp_attr, mask: &mut c_int) -> Result<(), c_
             let mut port = ibv_port_attr::default();
             // SAFETY: the id's device context and a writable attribute struct.
             let r = unsafe { ibv_query_port(p.cm().verbs, 1, &mut port) };
-            a.path_mtu = if r == 0 {
-                port.active_mtu
-            } else {
-                IBV_MTU_1024
+            // The REQ's path MTU when the CM reported one (RoCEv2: both ends use the
+            // initiator's), else the port's.
+            a.path_mtu = match st.path_mtu {
+                256 => IBV_MTU_256,
+                512 => IBV_MTU_512,
+                1024 => IBV_MTU_1024,
+                2048 => IBV_MTU_2048,
+                4096 => IBV_MTU_4096,
+                _ if r == 0 => port.active_mtu,
+                _ => IBV_MTU_1024,
             };
             a.dest_qp_num = st.peer_qp.qpn;
             a.rq_psn = st.peer_qp.start_psn;

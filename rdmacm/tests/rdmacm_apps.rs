@@ -78,13 +78,20 @@ fn lib_dir(tag: &str) -> PathBuf {
 struct Env {
     pair: VethPair,
     libs: PathBuf,
+    /// `FERROCE_CM_DEVICE` of both sides: whose CM (and device) the programs use.
+    device: &'static str,
 }
 
 impl Env {
     fn new(tag: &str) -> Env {
+        Env::on(tag, "ferroce0")
+    }
+
+    fn on(tag: &str, device: &'static str) -> Env {
         Env {
             pair: VethPair::create(tag, ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair"),
             libs: lib_dir(tag),
+            device,
         }
     }
 
@@ -103,6 +110,7 @@ impl Env {
             )
             .env("FERROCE_LOSS", format!("{loss}"))
             .env("FERROCE_CM_MAP", map)
+            .env("FERROCE_CM_DEVICE", self.device)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c
@@ -153,12 +161,24 @@ fn pair_test(
     map: &str,
     check: impl Fn(&str, &str) -> Result<(), String>,
 ) {
+    pair_test_on("ferroce0", tag, server, client, map, check)
+}
+
+/// [`pair_test`] with the CM of `device` (`ferroce0_rocev2`: the IBTA CM on QP1).
+fn pair_test_on(
+    device: &'static str,
+    tag: &str,
+    server: &str,
+    client: &str,
+    map: &str,
+    check: impl Fn(&str, &str) -> Result<(), String>,
+) {
     if let Err(why) = prerequisites() {
         eprintln!("SKIP: {why}");
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let env = Env::new(tag);
+    let env = Env::on(tag, device);
     let mut failures = Vec::new();
     for loss in [0.0, 0.01] {
         let t0 = Instant::now();
@@ -205,6 +225,22 @@ fn rping_lines(out: &str, prefix: &str, count: usize) -> Result<(), String> {
 fn rping_100_pings() {
     pair_test(
         "r",
+        "rping -s -v -C 100 -a 198.18.0.12",
+        "rping -c -v -C 100 -a 198.18.0.12",
+        "",
+        |c, s| {
+            rping_lines(c, "ping data: ", 100)?;
+            rping_lines(s, "server ping data: ", 100)
+        },
+    );
+}
+
+/// rping over the RoCEv2 device: the IBTA CM on QP1 (spec/rocev2.md §10) and IBTA RC.
+#[test]
+fn rping_100_pings_rocev2() {
+    pair_test_on(
+        "ferroce0_rocev2",
+        "R",
         "rping -s -v -C 100 -a 198.18.0.12",
         "rping -c -v -C 100 -a 198.18.0.12",
         "",
@@ -280,6 +316,22 @@ fn perftest_write_bw_over_rdma_cm() {
         "w",
         "ib_write_bw -R -d ferroce0 -F -n 1000",
         "ib_write_bw -R -d ferroce0 -F -n 1000 198.18.0.12",
+        "",
+        |c, s| {
+            perftest_row(c, 65536)?;
+            server_row(s, 65536)
+        },
+    );
+}
+
+/// ib_write_bw -R over the RoCEv2 device and its CM.
+#[test]
+fn perftest_write_bw_over_rdma_cm_rocev2() {
+    pair_test_on(
+        "ferroce0_rocev2",
+        "W",
+        "ib_write_bw -R -d ferroce0_rocev2 -F -n 1000",
+        "ib_write_bw -R -d ferroce0_rocev2 -F -n 1000 198.18.0.12",
         "",
         |c, s| {
             perftest_row(c, 65536)?;

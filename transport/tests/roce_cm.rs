@@ -39,6 +39,8 @@ fn cm_cfg(ip: Ipv4Addr) -> RoceCmConfig {
         max_cm_retries: 3,
         mra_service_timeout: 18,
         timewait_ns: 500_000_000,
+        // Below one try's wait: the first retransmission of a REQ nobody serves is REJ'd.
+        listen_grace_ns: 50_000_000,
         ..RoceCmConfig::new(ip)
     }
 }
@@ -359,9 +361,16 @@ fn reject_carries_reason_and_private_data() {
 fn no_listener_is_rejected_with_invalid_service_id() {
     let (mut a, mut b) = (side(A, 7), side(B, 9));
     let ia = a.connect(0, B, b"");
+    // The first copy falls in the listen grace: no answer (a listener may be coming).
     pump(&mut a, &mut b, 0, &mut keep());
     assert!(b.events().is_empty());
-    let rej = b.drain(0);
+    assert!(b.drain(0).is_empty());
+    // The retransmission, past the grace, still finds none: REJ, invalid service ID.
+    let t = a.ep.poll_timeout().unwrap();
+    fire(&mut a, t);
+    pump(&mut a, &mut b, t, &mut keep());
+    let rej = b.drain(t);
+    assert_eq!(rej.len(), 1);
     let CmBody::Rej(r) = mad_of(&rej[0].0).unwrap().body else {
         panic!()
     };
@@ -369,12 +378,27 @@ fn no_listener_is_rejected_with_invalid_service_id() {
         (r.local_comm_id, r.remote_comm_id, r.message_rejected),
         (0, ia.0, 0)
     );
-    a.ep.handle_datagram(0, B, rej[0].1, false, &rej[0].0, &mut a.mem);
+    a.ep.handle_datagram(t, B, rej[0].1, false, &rej[0].0, &mut a.mem);
     assert!(matches!(
         a.events().as_slice(),
         [RoceCmEvent::Rejected { id, reason: 8, .. }] if *id == ia
     ));
     assert_eq!(b.cm().counters.rej_sent_by_cm, 1);
+}
+
+#[test]
+fn a_listener_that_appears_within_the_grace_gets_the_retransmitted_req() {
+    let (mut a, mut b) = (side(A, 7), side(B, 9));
+    a.connect(0, B, b"");
+    pump(&mut a, &mut b, 0, &mut keep());
+    assert!(b.drain(0).is_empty(), "no REJ within the grace");
+    b.cm().listen(PS_TCP, PORT).unwrap();
+    let t = a.ep.poll_timeout().unwrap();
+    fire(&mut a, t);
+    pump(&mut a, &mut b, t, &mut keep());
+    accept(&mut b, t, b"");
+    pump(&mut b, &mut a, t, &mut keep());
+    establish(&mut a);
 }
 
 #[test]

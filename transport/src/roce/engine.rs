@@ -71,8 +71,8 @@ pub struct RoceEndpoint {
     completions: VecDeque<Completion>,
     events: VecDeque<Event>,
     counters: RoceCounters,
-    /// The connection manager on QP1 (the GSI), if enabled.
-    cm: Option<RoceCm>,
+    /// The connection manager on QP1 (the GSI), if enabled (boxed: most endpoints have none).
+    cm: Option<Box<RoceCm>>,
     /// PSN of QP1's next datagram.
     gsi_psn: u32,
 }
@@ -98,15 +98,15 @@ impl RoceEndpoint {
     /// Serve the IBTA CM on QP1 (spec/rocev2.md §10): MADs to QP1 with the GSI Q_Key go
     /// to it, and its MADs leave from QP1. `seed` as for [`RoceCm::new`].
     pub fn enable_cm(&mut self, cfg: RoceCmConfig, seed: u32) {
-        self.cm = Some(RoceCm::new(cfg, seed));
+        self.cm = Some(Box::new(RoceCm::new(cfg, seed)));
     }
 
     pub fn cm(&self) -> Option<&RoceCm> {
-        self.cm.as_ref()
+        self.cm.as_deref()
     }
 
     pub fn cm_mut(&mut self) -> Option<&mut RoceCm> {
-        self.cm.as_mut()
+        self.cm.as_deref_mut()
     }
 
     /// The RC QP of a CM exchange, in RTS: `local_qpn` sending from `sq_psn` to the

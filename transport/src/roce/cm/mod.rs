@@ -62,6 +62,10 @@ pub struct RoceCmConfig {
     pub mra_service_timeout: u8,
     /// How long an ended exchange's last message is kept to answer duplicates.
     pub timewait_ns: u64,
+    /// A REQ for a port nobody listens on is answered (REJ, invalid service ID) only once
+    /// this long has passed since its first copy: a process that has started its engine
+    /// but not yet called rdma_listen gets the initiator's next retransmission.
+    pub listen_grace_ns: u64,
 }
 
 impl RoceCmConfig {
@@ -77,6 +81,7 @@ impl RoceCmConfig {
             packet_life_time: 18,
             mra_service_timeout: 20,
             timewait_ns: 2_000_000_000,
+            listen_grace_ns: 200_000_000,
         }
     }
 }
@@ -228,6 +233,8 @@ pub struct RoceCm {
     /// (peer, its comm ID) -> ours: duplicate REQs find their exchange.
     by_remote: HashMap<(Ipv4Addr, u32), u32>,
     listening: HashSet<(u16, u16)>,
+    /// REQs for a port nobody listens on (yet): (peer, its comm ID) -> first seen.
+    unserved: HashMap<(Ipv4Addr, u32), u64>,
     tx: VecDeque<(Ipv4Addr, [u8; MAD_LEN])>,
     events: VecDeque<RoceCmEvent>,
     pub counters: RoceCmCounters,
@@ -244,6 +251,7 @@ impl RoceCm {
             ex: HashMap::new(),
             by_remote: HashMap::new(),
             listening: HashSet::new(),
+            unserved: HashMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
             counters: RoceCmCounters::default(),
@@ -578,6 +586,13 @@ impl RoceCm {
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
+        // Initiators retransmit within seconds; older entries are of ones that gave up.
+        let keep = self
+            .cfg
+            .listen_grace_ns
+            .saturating_mul(10)
+            .max(60_000_000_000);
+        self.unserved.retain(|_, t| now.saturating_sub(*t) < keep);
         let due: Vec<u32> = self
             .ex
             .iter()
@@ -687,7 +702,7 @@ impl RoceCm {
     fn dispatch(&mut self, now: u64, src: Ipv4Addr, m: CmMad) -> bool {
         let tid = m.hdr.tid;
         match m.body {
-            CmBody::Req(req) => self.on_req(src, tid, req),
+            CmBody::Req(req) => self.on_req(now, src, tid, req),
             CmBody::Mra(mra) => {
                 let Some((id, st)) = self.ours(src, mra.local_comm_id, mra.remote_comm_id) else {
                     return false;
@@ -840,7 +855,7 @@ impl RoceCm {
         }
     }
 
-    fn on_req(&mut self, src: Ipv4Addr, tid: u64, req: Req) -> bool {
+    fn on_req(&mut self, now: u64, src: Ipv4Addr, tid: u64, req: Req) -> bool {
         if let Some(&id) = self.by_remote.get(&(src, req.local_comm_id)) {
             self.counters.duplicates += 1;
             let st = self.ex.get(&id).map(|e| e.state);
@@ -871,10 +886,16 @@ impl RoceCm {
             self.reject_req(src, tid, &req, rej_reason::INVALID_SERVICE_ID);
             return true;
         };
+        let key = (src, req.local_comm_id);
         if !self.listening.contains(&(ps, port)) {
-            self.reject_req(src, tid, &req, rej_reason::INVALID_SERVICE_ID);
+            let first = *self.unserved.entry(key).or_insert(now);
+            if now.saturating_sub(first) >= self.cfg.listen_grace_ns {
+                self.unserved.remove(&key);
+                self.reject_req(src, tid, &req, rej_reason::INVALID_SERVICE_ID);
+            }
             return true;
         }
+        self.unserved.remove(&key);
         let Some(mtu) = mtu_bytes(req.path_mtu) else {
             self.reject_req(src, tid, &req, rej_reason::INVALID_MTU);
             return true;
