@@ -4,10 +4,10 @@
 //! `Event::Connected` at once); a "stream" is an RC QP in RTS. Packets are demultiplexed by
 //! (peer address, destination QPN).
 
-use super::cm::wire::{GSI_QKEY, GSI_QPN, MAD_LEN};
-use super::cm::{CmQp, RoceCm, RoceCmConfig};
+use super::cm::wire::GSI_QPN;
+use super::cm::RoceCm;
 use super::qp::{Ctx, Qp, QpState};
-use super::ud::{Datagram, IpHeader, UdDest, UdQp};
+use super::ud::{IpHeader, UdDest, UdQp};
 use super::wire::{self, Flow, Packet, PacketView, WireError, IPV4_HEADER_LEN, QPN_MASK};
 use super::{RoceConfig, RoceCounters};
 use crate::api::*;
@@ -33,6 +33,8 @@ pub struct QpParams {
     /// configured MTU. Both ends of a QP must use the same one (IBTA segments by it).
     pub mtu: u32,
 }
+
+mod gsi;
 
 fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -93,46 +95,6 @@ impl RoceEndpoint {
             cm: None,
             gsi_psn: 0,
         }
-    }
-
-    /// Serve the IBTA CM on QP1 (spec/rocev2.md §10): MADs to QP1 with the GSI Q_Key go
-    /// to it, and its MADs leave from QP1. `seed` as for [`RoceCm::new`].
-    pub fn enable_cm(&mut self, cfg: RoceCmConfig, seed: u32) {
-        self.cm = Some(Box::new(RoceCm::new(cfg, seed)));
-    }
-
-    pub fn cm(&self) -> Option<&RoceCm> {
-        self.cm.as_deref()
-    }
-
-    pub fn cm_mut(&mut self) -> Option<&mut RoceCm> {
-        self.cm.as_deref_mut()
-    }
-
-    /// The RC QP of a CM exchange, in RTS: `local_qpn` sending from `sq_psn` to the
-    /// peer's QP and PSN the exchange announced, at the exchange's path MTU (the REQ's).
-    pub fn create_cm_qp(
-        &mut self,
-        peer: Ipv4Addr,
-        local_qpn: u32,
-        pd: u32,
-        sq_psn: u32,
-        remote: &CmQp,
-        mtu: u32,
-    ) -> Result<ConnId, PostError> {
-        let c = self.connect(peer);
-        self.create_qp(
-            c,
-            QpParams {
-                local_qpn,
-                remote_qpn: remote.qpn,
-                pd,
-                sq_psn,
-                rq_psn: remote.starting_psn,
-                mtu,
-            },
-        )?;
-        Ok(c)
     }
 
     pub fn config(&self) -> &RoceConfig {
@@ -464,17 +426,8 @@ impl RoceEndpoint {
         // A UD QP is found by its number alone (any source may send to it), an RC/UC QP by
         // its peer and number.
         let ud = pkt.bth.opcode.is_ud();
-        if ud && pkt.bth.dest_qpn == GSI_QPN {
-            if let Some(cm) = self.cm.as_mut() {
-                if pkt.ext.deth.map(|d| d.qkey) != Some(GSI_QKEY) {
-                    self.counters.ud_bad_qkey += 1;
-                    return;
-                }
-                self.counters.rx_pkts += 1;
-                self.counters.gsi_mads_received += 1;
-                cm.handle(now, src, pkt.payload);
-                return;
-            }
+        if ud && pkt.bth.dest_qpn == GSI_QPN && self.gsi_receive(now, src, &pkt) {
+            return;
         }
         let found = if ud {
             self.ud_by_qpn.get(&pkt.bth.dest_qpn)
@@ -530,45 +483,6 @@ impl RoceEndpoint {
             self.counters.ud_looped_back += 1;
             self.handle_datagram(now, t.dst, t.src_port, false, &d, mem);
         }
-    }
-
-    /// A CM MAD as a UD SEND from QP1 to QP1 of its destination.
-    fn gsi_transmit(&mut self, buf: &mut [u8]) -> Option<Transmit> {
-        let cm = self.cm.as_mut()?;
-        if !cm.has_transmit() {
-            return None;
-        }
-        let src_port = qp_source_port(GSI_QPN);
-        let mut d = Datagram {
-            dst: Ipv4Addr::UNSPECIFIED,
-            dst_qpn: GSI_QPN,
-            qkey: GSI_QKEY,
-            src_qpn: GSI_QPN,
-            src_port,
-            psn: self.gsi_psn,
-            solicited: false,
-            imm: None,
-        };
-        let at = d.header_len();
-        if buf.len() < at + MAD_LEN + wire::ICRC_LEN {
-            self.counters.tx_buffer_too_small += 1;
-            return None;
-        }
-        let (dst, mad) = cm.poll_transmit()?;
-        d.dst = dst;
-        buf[at..at + MAD_LEN].copy_from_slice(&mad);
-        let len = d.finish(&self.cfg, buf, MAD_LEN)?;
-        self.gsi_psn = wire::psn::add(self.gsi_psn, 1);
-        self.counters.tx_pkts += 1;
-        self.counters.tx_bytes += len as u64;
-        self.counters.gsi_mads_sent += 1;
-        Some(Transmit {
-            dst,
-            src_port,
-            dst_port: wire::UDP_PORT,
-            len,
-            port: 0,
-        })
     }
 
     fn next_transmit(
