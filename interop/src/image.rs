@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Bumped whenever the initramfs layout or its init script changes.
-const FORMAT: &str = "rxe-vm-6";
+const FORMAT: &str = "rxe-vm-7";
 
 /// Kernel modules the VM loads (their dependencies are added from each module's `.modinfo`).
 /// rdma_rxe computes its ICRC through the crypto API's "crc32", hence crc32_generic;
@@ -377,6 +377,12 @@ fn build_initrd(kdir: &Path, out: &Path) -> Result<(), String> {
     let provider = format!("/usr/lib/{MULTIARCH}/libibverbs/librxe-rdmav34.so");
     libs.extend(libs_of(Path::new(&provider))?);
     libs.insert(provider);
+    // glibc dlopens libgcc_s for pthread_exit/pthread_cancel (rping's threads end so): no
+    // program names it, so ldd does not list it.
+    let gcc_s = format!("/lib/{MULTIARCH}/libgcc_s.so.1");
+    if Path::new(&gcc_s).exists() {
+        libs.insert(gcc_s);
+    }
     for l in &libs {
         add_parents(&mut c, &mut dirs, l);
         c.file(l, &rd(Path::new(l))?, true);

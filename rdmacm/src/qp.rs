@@ -41,6 +41,25 @@ pub fn open_cm_device() -> Option<(*mut ibv_context, *mut ibv_pd)> {
     }
 }
 
+/// The PSN the id's QP expects first. The native CM announces the PSN a side sends from;
+/// the IBTA CM (RoCEv2 device), as Linux, the one it expects (the peer sends from it).
+fn rq_psn(st: &IdSt) -> u32 {
+    if cm_device().1 == 1 {
+        st.my_psn
+    } else {
+        st.peer_qp.start_psn
+    }
+}
+
+/// The PSN the id's QP sends from (see [`rq_psn`]).
+fn sq_psn(st: &IdSt) -> u32 {
+    if cm_device().1 == 1 {
+        st.peer_qp.start_psn
+    } else {
+        st.my_psn
+    }
+}
+
 fn errno() -> c_int {
     // SAFETY: errno of this thread.
     unsafe { *libc::__errno_location() }
@@ -75,7 +94,7 @@ fn init_attr(p: &IdPriv, a: &mut ibv_qp_attr, mask: &mut c_int) -> Result<(), c_
                 _ => IBV_MTU_1024,
             };
             a.dest_qp_num = st.peer_qp.qpn;
-            a.rq_psn = st.peer_qp.start_psn;
+            a.rq_psn = rq_psn(&st);
             a.max_dest_rd_atomic = st.peer_qp.initiator_depth.max(1);
             a.min_rnr_timer = 12;
             a.ah_attr.is_global = 1;
@@ -92,7 +111,7 @@ fn init_attr(p: &IdPriv, a: &mut ibv_qp_attr, mask: &mut c_int) -> Result<(), c_
                 | IBV_QP_MIN_RNR_TIMER) as c_int;
         }
         IBV_QPS_RTS => {
-            a.sq_psn = st.my_psn;
+            a.sq_psn = sq_psn(&st);
             a.timeout = 14;
             a.retry_cnt = 7;
             a.rnr_retry = st.peer_qp.rnr_retry_count.max(1);

@@ -259,6 +259,16 @@ fn connect_rtu_data_and_disconnect_over_qp1() {
     assert_eq!(pump(&mut a, &mut b, 3, &mut keep()), vec![CmAttr::Rtu]);
     assert_eq!(b.events(), vec![RoceCmEvent::Established { id: ib }]);
 
+    // Starting PSNs as Linux uses them: each side sends from the PSN the other announced
+    // and expects the one it announced itself.
+    assert_eq!(
+        a.ep.qp_psns(c, QA).map(|p| (p.0, p.2)),
+        Some((PSN_B, PSN_A))
+    );
+    assert_eq!(
+        b.ep.qp_psns(ConnId(1), QB).map(|p| (p.0, p.2)),
+        Some((PSN_A, PSN_B))
+    );
     // The RC QPs the exchange set up carry a SEND.
     b.mem.region_mut(b.key).unwrap().data[..4].fill(0);
     let cb = ConnId(1);

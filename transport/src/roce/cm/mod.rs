@@ -92,7 +92,9 @@ impl RoceCmConfig {
 pub struct CmQp {
     /// 24 bits.
     pub qpn: u32,
-    /// 24 bits: the first PSN this side sends.
+    /// 24 bits: the first PSN this side expects to receive, which the peer sends from. (As
+    /// Linux has it: the REQ's Starting PSN becomes the active QP's rq_psn and the passive
+    /// QP's sq_psn, the REP's the other way round. Native mode's CM is the opposite.)
     pub starting_psn: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,

@@ -24,14 +24,15 @@ impl RoceEndpoint {
         self.cm.as_deref_mut()
     }
 
-    /// The RC QP of a CM exchange, in RTS: `local_qpn` sending from `sq_psn` to the
-    /// peer's QP and PSN the exchange announced, at the exchange's path MTU (the REQ's).
+    /// The RC QP of a CM exchange, in RTS: `local_qpn` expecting `rq_psn` (the starting
+    /// PSN it announced) and sending to the peer's QP from the PSN the peer announced, at
+    /// the exchange's path MTU (the REQ's).
     pub fn create_cm_qp(
         &mut self,
         peer: Ipv4Addr,
         local_qpn: u32,
         pd: u32,
-        sq_psn: u32,
+        rq_psn: u32,
         remote: &CmQp,
         mtu: u32,
     ) -> Result<ConnId, PostError> {
@@ -42,8 +43,8 @@ impl RoceEndpoint {
                 local_qpn,
                 remote_qpn: remote.qpn,
                 pd,
-                sq_psn,
-                rq_psn: remote.starting_psn,
+                sq_psn: remote.starting_psn,
+                rq_psn,
                 mtu,
             },
         )?;
