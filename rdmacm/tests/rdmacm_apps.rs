@@ -427,11 +427,22 @@ fn connection_failures(device: &'static str, tag: &str, cases: &[(&str, &str)]) 
 /// readable exactly when an event waits.
 #[test]
 fn private_data_reject_and_refusals_from_c() {
+    private_data_from_c("ferroce0", "p");
+}
+
+/// The same over the RoCEv2 device's IBTA CM (private data in the MADs' fixed areas: REQ
+/// after the cma_hdr, REP, REJ with consumer reason 28).
+#[test]
+fn private_data_reject_and_refusals_from_c_rocev2() {
+    private_data_from_c("ferroce0_rocev2", "P");
+}
+
+fn private_data_from_c(device: &'static str, tag: &str) {
     if let Err(why) = prerequisites() {
         eprintln!("SKIP: {why}");
         return;
     }
-    let bin = std::env::temp_dir().join(format!("cm-private-{}", std::process::id()));
+    let bin = std::env::temp_dir().join(format!("cm-private-{tag}-{}", std::process::id()));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_private.c");
     let cc = Command::new("cc")
         .args(["-O1", "-Wall", "-Werror", "-o"])
@@ -446,8 +457,9 @@ fn private_data_reject_and_refusals_from_c() {
         String::from_utf8_lossy(&cc.stderr)
     );
     let b = bin.display();
-    pair_test(
-        "p",
+    pair_test_on(
+        device,
+        tag,
         &format!("{b} server 7000"),
         &format!("{b} client 198.18.0.12 7000"),
         "",
