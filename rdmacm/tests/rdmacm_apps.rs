@@ -4,7 +4,8 @@
 //! its own DPDK engine on `net_af_packet` (engine addresses 198.18.0.11/.12, which the
 //! programs name; ucmatose names the kernel address 198.18.0.2 and reaches the engine
 //! through `FERROCE_CM_MAP`), native mode, without and with 1 % injected loss on every
-//! transmit. Exit statuses and output are checked; every run is bounded in time. Also the
+//! transmit. The `_rocev2` tests run rping, `ib_write_bw -R`, cm_private.c and the failures
+//! over the RoCEv2 device and its IBTA CM on QP1 (`FERROCE_CM_DEVICE=ferroce0_rocev2`). Exit statuses and output are checked; every run is bounded in time. Also the
 //! failures a program sees: no listener (REJECTED, 8), nobody there (UNREACHABLE, -110), an
 //! unusable address (ADDR_ERROR).
 //!
