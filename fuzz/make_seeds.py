@@ -3,7 +3,8 @@
 the vectors change): the native packets and CM messages of spec/vectors/ for `native`; the
 RoCEv2 UDP payloads of the rxe capture spec/vectors/rxe-sample.pcap for `roce`; that
 capture's Ethernet frames plus the native vectors framed to the fuzzed engine's address, and an
-ARP request for it, for `frame`; a few ibv_send_wr images (x86_64 layout) for `verbs_wr`."""
+ARP request for it, for `frame`; a few ibv_send_wr images (x86_64 layout) for `verbs_wr`; the
+CM MADs of spec/vectors/roce_cm/ for `roce_cm`."""
 import glob, os, struct, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,6 +105,9 @@ def main():
     put("verbs_wr", "cmp_swap", wr(5, 2, 1, [(40, "<Q", 8), (48, "<Q", 1), (56, "<Q", 2), (64, "<I", 3)]))
     put("verbs_wr", "fetch_add", wr(6, 1, 1, [(40, "<Q", 8), (48, "<Q", 1), (64, "<I", 3)]))
     put("verbs_wr", "bad_opcode", wr(99, 0, 1, []))
+    # The IBTA CM MAD vectors (spec/vectors/roce_cm/) for `roce_cm`.
+    for v in sorted(glob.glob(os.path.join(ROOT, "spec", "vectors", "roce_cm", "*.vec"))):
+        put("roce_cm", os.path.basename(v)[:-4], vec_bytes(v))
     print("seeds in %s: %s" % (OUT, ", ".join(
         "%s %d" % (t, len(os.listdir(os.path.join(OUT, t)))) for t in sorted(os.listdir(OUT)))))
 

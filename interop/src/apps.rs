@@ -24,6 +24,9 @@ pub enum Kind {
     PingPong,
     Bw,
     Lat,
+    /// An rdma_cm program (rping): connects through the CMs (ferroce's IBTA CM on QP1 of its
+    /// RoCEv2 device, the kernel's in the VM), no TCP exchange.
+    Cm,
 }
 
 /// One program of the matrix with the arguments both sides get (besides `-d`, `-m`).
@@ -72,7 +75,16 @@ pub const PROGRAMS: &[Program] = &[
         args: "-x 1 -F -n 200",
         kind: Kind::Lat,
     },
+    // rdma_cm: REQ/REP/RTU and DREQ/DREP as CM MADs on QP1, then RC SEND/READ/WRITE.
+    Program {
+        name: "rping",
+        args: "-v -C 20",
+        kind: Kind::Cm,
+    },
 ];
+
+/// Pings of the `rping` entry (its `-C`).
+const RPING_COUNT: usize = 20;
 
 pub fn program(name: &str) -> Option<Program> {
     PROGRAMS.iter().copied().find(|p| p.name == name)
@@ -100,6 +112,9 @@ impl Role {
 fn mtu_args(p: &Program, mtu: u32) -> String {
     if p.name == "ibv_ud_pingpong" {
         format!("{} -s {mtu}", p.args)
+    } else if p.kind == Kind::Cm {
+        // The path MTU is the initiator's port's: the link MTU sets it on both sides.
+        p.args.to_string()
     } else {
         format!("{} -m {mtu}", p.args)
     }
@@ -145,6 +160,19 @@ pub fn judge(
     }
     let mut figure = "-".to_string();
     match p.kind {
+        Kind::Cm => {
+            // rping -v: the client prints "ping data: rdma-ping-N: ...", the server "server
+            // ping data: ...", once per ping, in order.
+            let count = |t: &str, prefix: &str| {
+                t.lines()
+                    .filter(|l| l.starts_with(prefix) && l.contains("rdma-ping-"))
+                    .count()
+            };
+            let pings =
+                [a.0, b.0].map(|t| count(t, "ping data: ") + count(t, "server ping data: "));
+            ok &= pings.iter().all(|&n| n == RPING_COUNT);
+            figure = format!("{}+{} pings", pings[0], pings[1]);
+        }
         Kind::PingPong => {
             ok &= a.0.contains("iters in") && b.0.contains("iters in");
             if let Some(l) = figure_from.lines().find(|l| l.contains("usec/iter")) {
@@ -212,6 +240,14 @@ pub fn shim_lib_dir(dir: &Path) -> Result<PathBuf, String> {
         std::os::unix::fs::symlink(src, &dst).map_err(|e| format!("{}: {e}", dst.display()))
     };
     link(&lib, "libibverbs.so.1")?;
+    // ferroce's librdmacm, built beside the shim (for rdma_cm programs).
+    if let Some(cm) = lib
+        .parent()
+        .map(|d| d.join("librdmacm.so"))
+        .filter(|p| p.exists())
+    {
+        link(&cm, "librdmacm.so.1")?;
+    }
     for l in ["libmlx5.so.1", "libefa.so.1", "libmlx4.so.1"] {
         let p = Path::new(ibverbs::STUB_DIR).join(l);
         if p.exists() {
@@ -304,9 +340,20 @@ impl Session {
         }
         let mut c = self.lab.command("timeout");
         c.args(["-k", "3", &limit.as_secs().to_string()])
-            .arg(Path::new("/usr/bin").join(prog))
-            .args(["-d", "ferroce0_rocev2"])
-            .args(args.split_whitespace())
+            .arg(Path::new("/usr/bin").join(prog));
+        if program(prog).is_some_and(|p| p.kind == Kind::Cm) {
+            // rdma_cm programs pick no device: librdmacm uses the RoCEv2 one's CM.
+            if !self.shim.as_ref().unwrap().join("librdmacm.so.1").exists() {
+                return Err(
+                    "ferroce's librdmacm.so is not built: cargo build --release -p ferroce-rdmacm"
+                        .into(),
+                );
+            }
+            c.env("FERROCE_CM_DEVICE", "ferroce0_rocev2");
+        } else {
+            c.args(["-d", "ferroce0_rocev2"]);
+        }
+        c.args(args.split_whitespace())
             .env("LD_LIBRARY_PATH", self.shim.as_ref().unwrap())
             .env("FERROCE_IP", FERROCE_IP.to_string())
             .env("FERROCE_PMD", pmd_devargs(self.link_mtu))
@@ -363,6 +410,9 @@ impl Session {
         loss: f64,
         limit: Duration,
     ) -> Result<RunResult, String> {
+        if p.kind == Kind::Cm {
+            return self.cm_vs_rxe(p, role, mtu, loss, limit);
+        }
         let t0 = Instant::now();
         let args = mtu_args(p, mtu);
         let vm_ip = self.vms[0].ip;
@@ -402,6 +452,72 @@ impl Session {
             (&vm.text, Some(vm.code)),
             &client_text,
         );
+        Ok(RunResult {
+            program: p.name,
+            role: role.as_str(),
+            mtu,
+            loss_pct: loss * 100.0,
+            ok,
+            figure,
+            secs: t0.elapsed().as_secs_f64(),
+            detail: format!(
+                "ferroce {} (exit {:?}):\n{}\nrxe vm0 (exit {}):\n{}",
+                role.as_str(),
+                host.1,
+                host.0,
+                vm.code,
+                vm.text
+            ),
+        })
+    }
+}
+
+impl Session {
+    /// An rdma_cm program (rping) between ferroce and rxe: no TCP port to wait for, so the
+    /// server is given time to listen (the VM's: until `rdma res` shows its listening id;
+    /// ferroce's: a few seconds, and its CM's listen grace covers a REQ that comes early).
+    fn cm_vs_rxe(
+        &mut self,
+        p: &Program,
+        role: Role,
+        mtu: u32,
+        loss: f64,
+        limit: Duration,
+    ) -> Result<RunResult, String> {
+        let t0 = Instant::now();
+        let args = mtu_args(p, mtu);
+        let vm_ip = self.vms[0].ip;
+        let (host, vm): ((String, Option<i32>), VmOut) = match role {
+            Role::Server => {
+                let mut c =
+                    self.ferroce_cmd(p.name, &format!("-s {args} -a {FERROCE_IP}"), loss, limit)?;
+                let h = Bounded::spawn(&mut c, limit + Duration::from_secs(10))?;
+                std::thread::sleep(Duration::from_secs(4));
+                let v = self.vms[0].run(&format!("{} -c {args} -a {FERROCE_IP}", p.name), limit);
+                let o = h.wait();
+                ((o.text(), o.code), v?)
+            }
+            Role::Client => {
+                let job = self.vms[0].start(&format!("{} -s {args} -a {vm_ip}", p.name), limit)?;
+                let t = Instant::now();
+                loop {
+                    let o = self.vms[0].run("rdma res show cm_id", Duration::from_secs(10))?;
+                    if o.text.contains("LISTEN") {
+                        break;
+                    }
+                    if t.elapsed() > Duration::from_secs(20) {
+                        return Err(format!("rping in the VM never listened:\n{}", o.text));
+                    }
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                let mut c =
+                    self.ferroce_cmd(p.name, &format!("-c {args} -a {vm_ip}"), loss, limit)?;
+                let o = Bounded::spawn(&mut c, limit + Duration::from_secs(10))?.wait();
+                let v = self.vms[0].wait_job(job)?;
+                ((o.text(), o.code), v)
+            }
+        };
+        let (ok, figure) = judge(p, (&host.0, host.1), (&vm.text, Some(vm.code)), "");
         Ok(RunResult {
             program: p.name,
             role: role.as_str(),
@@ -505,7 +621,7 @@ const USAGE: &str = "usage: ferroce interop rxe [--programs a,b] [--mtu 1024,409
   Linux soft-RoCE (rdma_rxe) in a qemu VM, each program with ferroce as server and as client.
   Needs root; installs qemu-system-x86, busybox-static, perftest, ... from Debian when missing.
   Programs: ibv_rc_pingpong ibv_ud_pingpong ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw
-  ib_write_lat (default: all).";
+  ib_write_lat rping (default: all; rping connects through the CMs: ferroce's IBTA CM on QP1).";
 
 /// Matrix options.
 #[derive(Clone, Debug)]
@@ -646,8 +762,11 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
                 loss_pct: o.loss_pct,
                 ok: w.ok(),
                 figure: format!(
-                    "{} pkts, {} bad ICRC, {} UD",
-                    w.packets, w.icrc_bad, w.ud_deth_checked
+                    "{} pkts, {} bad ICRC, {} UD, {} CM MADs",
+                    w.packets,
+                    w.icrc_bad,
+                    w.ud_deth_checked,
+                    w.cm_mads.iter().map(|(_, n)| n).sum::<usize>()
                 ),
                 secs: t0.elapsed().as_secs_f64(),
                 detail: format!("{w:?}"),
@@ -748,6 +867,26 @@ mod tests {
             judge(&p, (t, Some(0)), ("", Some(0)), t),
             (true, "150.3 us typ".into())
         );
+    }
+
+    #[test]
+    fn judges_rping_by_its_ping_lines() {
+        let p = program("rping").unwrap();
+        let lines = |prefix: &str, n: usize| -> String {
+            (0..n)
+                .map(|i| format!("{prefix}rdma-ping-{i}: ABCDEF\n"))
+                .collect()
+        };
+        let c = lines("ping data: ", RPING_COUNT);
+        let s = lines("server ping data: ", RPING_COUNT);
+        assert_eq!(
+            judge(&p, (&c, Some(0)), (&s, Some(0)), ""),
+            (true, "20+20 pings".into())
+        );
+        let short = lines("ping data: ", RPING_COUNT - 1);
+        assert!(!judge(&p, (&short, Some(0)), (&s, Some(0)), "").0);
+        assert!(!judge(&p, (&c, Some(0)), (&s, Some(1)), "").0);
+        assert_eq!(mtu_args(&p, 4096), "-v -C 20");
     }
 
     #[test]

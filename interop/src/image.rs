@@ -12,11 +12,18 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Bumped whenever the initramfs layout or its init script changes.
-const FORMAT: &str = "rxe-vm-5";
+const FORMAT: &str = "rxe-vm-7";
 
 /// Kernel modules the VM loads (their dependencies are added from each module's `.modinfo`).
-/// rdma_rxe computes its ICRC through the crypto API's "crc32", hence crc32_generic.
-const WANT_MODULES: &[&str] = &["crc32_generic", "virtio_pci", "virtio_net", "rdma_rxe"];
+/// rdma_rxe computes its ICRC through the crypto API's "crc32", hence crc32_generic;
+/// rdma_ucm (with rdma_cm and ib_cm) is the kernel CM rping and `-R` programs use.
+const WANT_MODULES: &[&str] = &[
+    "crc32_generic",
+    "virtio_pci",
+    "virtio_net",
+    "rdma_rxe",
+    "rdma_ucm",
+];
 
 /// Programs copied into the VM's /usr/bin (the first existing host path of each).
 const PROGRAMS: &[&[&str]] = &[
@@ -34,6 +41,7 @@ const PROGRAMS: &[&[&str]] = &[
     &["/usr/bin/ib_send_lat"],
     &["/usr/bin/ib_read_lat"],
     &["/usr/bin/ib_atomic_lat"],
+    &["/usr/bin/rping"],
 ];
 
 const MULTIARCH: &str = "x86_64-linux-gnu";
@@ -45,6 +53,7 @@ const HOST_PACKAGES: &[(&str, &str)] = &[
     ("iproute2", "/usr/bin/rdma"),
     ("ibverbs-utils", "/usr/bin/ibv_rc_pingpong"),
     ("perftest", "/usr/bin/ib_write_bw"),
+    ("rdmacm-utils", "/usr/bin/rping"),
     (
         "ibverbs-providers",
         "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so",
@@ -368,6 +377,12 @@ fn build_initrd(kdir: &Path, out: &Path) -> Result<(), String> {
     let provider = format!("/usr/lib/{MULTIARCH}/libibverbs/librxe-rdmav34.so");
     libs.extend(libs_of(Path::new(&provider))?);
     libs.insert(provider);
+    // glibc dlopens libgcc_s for pthread_exit/pthread_cancel (rping's threads end so): no
+    // program names it, so ldd does not list it.
+    let gcc_s = format!("/lib/{MULTIARCH}/libgcc_s.so.1");
+    if Path::new(&gcc_s).exists() {
+        libs.insert(gcc_s);
+    }
     for l in &libs {
         add_parents(&mut c, &mut dirs, l);
         c.file(l, &rd(Path::new(l))?, true);
@@ -393,7 +408,11 @@ pub fn prepare() -> Result<Image, String> {
     let kdir = match kernel_package() {
         Some((pkg, ver)) => {
             let d = root.join(format!("kernel-{pkg}_{ver}"));
-            if !d.join("release").exists() {
+            // A cached kernel from before a module was added lacks it: unpack again.
+            let complete = WANT_MODULES
+                .iter()
+                .all(|m| d.join(format!("modules/{m}.ko")).exists());
+            if !d.join("release").exists() || !complete {
                 fetch_kernel(&pkg, &d)?;
             }
             d
@@ -419,6 +438,7 @@ pub fn prepare() -> Result<Image, String> {
         "iproute2",
         "ibverbs-utils",
         "perftest",
+        "rdmacm-utils",
         "ibverbs-providers",
         "libibverbs1",
         "librdmacm1",

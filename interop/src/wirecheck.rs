@@ -1,13 +1,27 @@
 //! Wire checks of interop captures: every RoCEv2 packet is decoded by ferroce's codec
 //! (`ferroce_transport::roce::wire`) and by `tshark` (its InfiniBand dissector on UDP 4791);
 //! both must agree on opcode, destination QP and PSN (and, for UD, the DETH's Q_Key and source
-//! QP), and every ICRC must be valid over the
+//! QP; for a CM MAD on QP1, its management class, attribute and TID, which ferroce's CM codec
+//! `roce::cm::wire` must parse), and every ICRC must be valid over the
 //! packet's real IPv4/UDP headers. The report also counts packets whose ICRC would fail the
 //! canonical-header check (IPv4 identification 0), which is what ferroce's
 //! `RoceEndpoint::handle_datagram` applies.
 
 use crate::util::cmd_output;
+use ferroce_transport::roce::cm::wire::{self as cmw, CmAttr};
 use ferroce_transport::roce::wire::{self, Flow, PacketView};
+
+fn attr_name(a: CmAttr) -> &'static str {
+    match a {
+        CmAttr::Req => "REQ",
+        CmAttr::Mra => "MRA",
+        CmAttr::Rej => "REJ",
+        CmAttr::Rep => "REP",
+        CmAttr::Rtu => "RTU",
+        CmAttr::Dreq => "DREQ",
+        CmAttr::Drep => "DREP",
+    }
+}
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
@@ -61,6 +75,10 @@ pub struct Decoded {
     pub psn: u32,
     /// UD: the DETH's (Q_Key, source QP).
     pub deth: Option<(u32, u32)>,
+    /// A MAD to QP1 (UD): (management class, attribute ID, TID) of its header, and what
+    /// ferroce's CM codec made of it (`Err` for a CM MAD it rejects).
+    pub mad: Option<(u8, u16, u64)>,
+    pub cm: Option<Result<&'static str, String>>,
     /// ICRC valid over the real IPv4/UDP headers.
     pub icrc_ok: bool,
     /// ICRC valid over ferroce's canonical headers (identification 0, DF).
@@ -95,6 +113,8 @@ pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
             dest_qpn: 0,
             psn: 0,
             deth: None,
+            mad: None,
+            cm: None,
             icrc_ok: false,
             icrc_canonical_ok: false,
             error: None,
@@ -104,10 +124,25 @@ pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
                 d.opcode = p.opcode() as u8;
                 d.dest_qpn = p.dest_qpn();
                 d.psn = p.psn();
-                d.deth = wire::Packet::parse(payload)
-                    .ok()
+                let parsed = wire::Packet::parse(payload).ok();
+                d.deth = parsed
+                    .as_ref()
                     .and_then(|q| q.ext.deth)
                     .map(|x| (x.qkey, x.src_qpn));
+                if let Some(q) = parsed.filter(|q| q.ext.deth.is_some() && q.bth.dest_qpn == 1) {
+                    let m = q.payload;
+                    if m.len() >= 24 {
+                        let tid = u64::from_be_bytes(m[8..16].try_into().unwrap_or_default());
+                        d.mad = Some((m[1], u16::from_be_bytes([m[16], m[17]]), tid));
+                        if m[1] == cmw::MGMT_CLASS_CM {
+                            d.cm = Some(
+                                cmw::CmMad::parse(m)
+                                    .map(|c| attr_name(c.attr()))
+                                    .map_err(|e| format!("{e:?}")),
+                            );
+                        }
+                    }
+                }
                 d.icrc_ok = p.icrc_ok(ip, udp);
                 let flow = Flow {
                     src,
@@ -132,6 +167,8 @@ pub struct TsharkPacket {
     pub psn: u32,
     /// DETH (Q_Key, source QP) when the dissector found one.
     pub deth: Option<(u32, u32)>,
+    /// MAD header (management class, attribute ID, TID) when the dissector found one.
+    pub mad: Option<(u8, u16, u64)>,
 }
 
 /// Every InfiniBand packet per tshark, in capture order.
@@ -159,6 +196,12 @@ pub fn tshark_decode(path: &Path) -> Result<Vec<TsharkPacket>, String> {
                 "infiniband.deth.q_key",
                 "-e",
                 "infiniband.deth.srcqp",
+                "-e",
+                "infiniband.mad.mgmtclass",
+                "-e",
+                "infiniband.mad.attributeid",
+                "-e",
+                "infiniband.mad.transactionid",
             ]),
         Duration::from_secs(60),
     )?;
@@ -176,6 +219,19 @@ pub fn tshark_decode(path: &Path) -> Result<Vec<TsharkPacket>, String> {
                 (Some(k), Some(s)) => Some((k, s)),
                 _ => None,
             };
+            let tid = f.get(7).and_then(|x| {
+                let x = x.trim();
+                x.strip_prefix("0x")
+                    .map_or_else(|| x.parse().ok(), |h| u64::from_str_radix(h, 16).ok())
+            });
+            let mad = match (
+                f.get(5).and_then(|x| num(x)),
+                f.get(6).and_then(|x| num(x)),
+                tid,
+            ) {
+                (Some(c), Some(a), Some(t)) => Some((c as u8, a as u16, t)),
+                _ => None,
+            };
             match (
                 f.first().and_then(|x| num(x)),
                 f.get(1).and_then(|x| num(x)),
@@ -186,6 +242,7 @@ pub fn tshark_decode(path: &Path) -> Result<Vec<TsharkPacket>, String> {
                     dest_qpn: q,
                     psn: p,
                     deth,
+                    mad,
                 }),
                 _ => Err(format!("tshark line {l:?}")),
             }
@@ -205,6 +262,9 @@ pub struct WireReport {
     pub opcodes: Vec<(String, usize)>,
     /// UD packets whose DETH both decoders read alike.
     pub ud_deth_checked: usize,
+    /// CM MADs on QP1 that both decoders read alike (class, attribute, TID) and ferroce's
+    /// CM codec parsed, by attribute.
+    pub cm_mads: Vec<(String, usize)>,
     /// Disagreements between ferroce's codec and tshark, or codec errors.
     pub problems: Vec<String>,
 }
@@ -246,6 +306,7 @@ pub fn check(path: &Path) -> Result<WireReport, String> {
             ours.len()
         ));
     }
+    let mut cm: std::collections::BTreeMap<String, usize> = Default::default();
     for (i, (d, t)) in ours.iter().zip(&theirs).enumerate() {
         if (d.opcode, d.dest_qpn, d.psn) != (t.opcode, t.dest_qpn, t.psn) {
             r.problems.push(format!(
@@ -261,7 +322,21 @@ pub fn check(path: &Path) -> Result<WireReport, String> {
         } else if d.deth.is_some() {
             r.ud_deth_checked += 1;
         }
+        if d.mad != t.mad {
+            r.problems.push(format!(
+                "packet {i}: ferroce MAD header {:x?} vs tshark {:x?}",
+                d.mad, t.mad
+            ));
+        }
+        match &d.cm {
+            Some(Ok(a)) if d.mad == t.mad => *cm.entry(a.to_string()).or_default() += 1,
+            Some(Err(e)) => r
+                .problems
+                .push(format!("packet {i}: ferroce CM codec: {e}")),
+            _ => {}
+        }
     }
+    r.cm_mads = cm.into_iter().collect();
     Ok(r)
 }
 

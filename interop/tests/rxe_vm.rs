@@ -103,8 +103,10 @@ fn two_rxe_vms_rc_pingpong() {
 }
 
 /// ferroce (RoCEv2 device through the verbs shim and the DPDK engine on the lab's veth)
-/// against rxe in a VM: `ibv_rc_pingpong -g 1 -c` and `ibv_ud_pingpong -g 1 -c -s MTU` (IBTA
-/// UD: the wire check decodes its BTH + DETH), ferroce as server and as client, MTU 1024.
+/// against rxe in a VM: `ibv_rc_pingpong -g 1 -c`, `ibv_ud_pingpong -g 1 -c -s MTU` (IBTA
+/// UD: the wire check decodes its BTH + DETH) and `rping -v -C 20` (rdma_cm: ferroce's IBTA
+/// CM on QP1 against the kernel's; the wire check decodes the CM MADs), ferroce as server and
+/// as client, MTU 1024.
 /// `FERROCE_INTEROP_PROGRAMS=a,b` runs other programs of the matrix instead.
 ///
 /// It needs the dataplane to hand RoCEv2 datagrams over with their real IPv4/UDP headers
@@ -129,7 +131,7 @@ fn ferroce_vs_rxe(mtu: u32) {
         return;
     }
     let names = std::env::var("FERROCE_INTEROP_PROGRAMS")
-        .unwrap_or("ibv_rc_pingpong,ibv_ud_pingpong".into());
+        .unwrap_or("ibv_rc_pingpong,ibv_ud_pingpong,rping".into());
     let t0 = Instant::now();
     let mut s =
         apps::Session::start_with(&img, 1, apps::link_mtu_for(mtu), &format!("fx{mtu}"), true)
@@ -166,6 +168,17 @@ fn ferroce_vs_rxe(mtu: u32) {
         // Both directions' UD datagrams (100 iterations, ferroce serving and as client),
         // their DETH decoded alike by tshark and ferroce's codec.
         assert!(w.ud_deth_checked >= 400, "{w:?}");
+    }
+    if names.split(',').any(|n| n == "rping") {
+        // Both connections' exchanges, as MADs tshark and ferroce's CM codec read alike.
+        for a in ["REQ", "REP", "RTU", "DREQ", "DREP"] {
+            let n = w
+                .cm_mads
+                .iter()
+                .find(|(k, _)| k == a)
+                .map_or(0, |(_, n)| *n);
+            assert!(n >= 2, "{a}: {w:?}");
+        }
     }
     let bad: Vec<_> = rows
         .iter()

@@ -33,12 +33,16 @@ pub fn ensure_started() -> Result<Ipv4Addr, c_int> {
         libc::ENODEV
     })?;
     let mut ip = 0u32;
+    let (dev, mode) = cm_device();
     // SAFETY: on_event matches the callback type and lives for the whole process.
-    let r = unsafe { (ops.start)(Some(on_event), std::ptr::null_mut(), &mut ip) };
+    let r = unsafe { (ops.start)(mode, Some(on_event), std::ptr::null_mut(), &mut ip) };
     if r != 0 {
         return Err(r);
     }
-    let (ctx, pd) = qp::open_native_device().ok_or(libc::ENODEV)?;
+    let (ctx, pd) = qp::open_cm_device().ok_or_else(|| {
+        eprintln!("ferroce rdmacm: cannot open device {dev}");
+        libc::ENODEV
+    })?;
     let mut g = lock(global());
     g.ctx = ctx as usize;
     g.pd = pd as usize;
@@ -47,7 +51,7 @@ pub fn ensure_started() -> Result<Ipv4Addr, c_int> {
     // SAFETY: registers a plain extern "C" function; at most once (START is held and
     // local_ip is set from here on).
     unsafe { libc::atexit(close_at_exit) };
-    dbg_log!("CM started, engine {}", Ipv4Addr::from(ip));
+    dbg_log!("CM started on {dev}, engine {}", Ipv4Addr::from(ip));
     Ok(Ipv4Addr::from(ip))
 }
 
@@ -58,7 +62,7 @@ extern "C" fn close_at_exit() {
     EXITING.store(true, std::sync::atomic::Ordering::SeqCst);
     let ctx = std::mem::take(&mut lock(global()).ctx) as *mut ibv_context;
     if !ctx.is_null() {
-        // SAFETY: the context open_native_device opened, closed once (taken out above).
+        // SAFETY: the context open_cm_device opened, closed once (taken out above).
         unsafe { crate::verbs::ibv_close_device(ctx) };
     }
 }
@@ -136,6 +140,7 @@ fn new_id(
             listen: None,
             peer_qp: FfiQp::default(),
             my_psn: 0,
+            path_mtu: 0,
             ep_qp: None,
             own_cqs: false,
         }),
@@ -165,6 +170,7 @@ pub fn new_child(l: &IdPriv, e: &FfiEvent, ctx: usize) -> Option<*mut IdPriv> {
     st.local = local;
     st.remote = remote;
     st.peer_qp = e.qp;
+    st.path_mtu = e.mtu;
     if let Some((pd, a)) = lock(&l.st).ep_qp {
         st.ep_qp = Some((pd, a));
     }

@@ -7,8 +7,10 @@ use crate::sys::*;
 use crate::verbs::*;
 use std::ffi::{c_int, CStr};
 
-/// The native device (`ferroce0`): its context and a PD for ids given none.
-pub fn open_native_device() -> Option<(*mut ibv_context, *mut ibv_pd)> {
+/// The device whose CM the process uses ([`cm_device`]): its context and a PD for ids
+/// given none.
+pub fn open_cm_device() -> Option<(*mut ibv_context, *mut ibv_pd)> {
+    let want = cm_device().0;
     let mut n = 0;
     // SAFETY: verbs calls with valid arguments; the list is freed after use and the device
     // opened before that, as verbs allows.
@@ -21,7 +23,7 @@ pub fn open_native_device() -> Option<(*mut ibv_context, *mut ibv_pd)> {
         for i in 0..n.max(0) as usize {
             let d = *list.add(i);
             let name = CStr::from_ptr(ibv_get_device_name(d));
-            if name.to_bytes() == b"ferroce0" {
+            if name.to_bytes() == want.as_bytes() {
                 found = d;
             }
         }
@@ -36,6 +38,25 @@ pub fn open_native_device() -> Option<(*mut ibv_context, *mut ibv_pd)> {
         }
         let pd = ibv_alloc_pd(ctx);
         (!pd.is_null()).then_some((ctx, pd))
+    }
+}
+
+/// The PSN the id's QP expects first. The native CM announces the PSN a side sends from;
+/// the IBTA CM (RoCEv2 device), as Linux, the one it expects (the peer sends from it).
+fn rq_psn(st: &IdSt) -> u32 {
+    if cm_device().1 == 1 {
+        st.my_psn
+    } else {
+        st.peer_qp.start_psn
+    }
+}
+
+/// The PSN the id's QP sends from (see [`rq_psn`]).
+fn sq_psn(st: &IdSt) -> u32 {
+    if cm_device().1 == 1 {
+        st.peer_qp.start_psn
+    } else {
+        st.my_psn
     }
 }
 
@@ -61,13 +82,19 @@ fn init_attr(p: &IdPriv, a: &mut ibv_qp_attr, mask: &mut c_int) -> Result<(), c_
             let mut port = ibv_port_attr::default();
             // SAFETY: the id's device context and a writable attribute struct.
             let r = unsafe { ibv_query_port(p.cm().verbs, 1, &mut port) };
-            a.path_mtu = if r == 0 {
-                port.active_mtu
-            } else {
-                IBV_MTU_1024
+            // The REQ's path MTU when the CM reported one (RoCEv2: both ends use the
+            // initiator's), else the port's.
+            a.path_mtu = match st.path_mtu {
+                256 => IBV_MTU_256,
+                512 => IBV_MTU_512,
+                1024 => IBV_MTU_1024,
+                2048 => IBV_MTU_2048,
+                4096 => IBV_MTU_4096,
+                _ if r == 0 => port.active_mtu,
+                _ => IBV_MTU_1024,
             };
             a.dest_qp_num = st.peer_qp.qpn;
-            a.rq_psn = st.peer_qp.start_psn;
+            a.rq_psn = rq_psn(&st);
             a.max_dest_rd_atomic = st.peer_qp.initiator_depth.max(1);
             a.min_rnr_timer = 12;
             a.ah_attr.is_global = 1;
@@ -84,7 +111,7 @@ fn init_attr(p: &IdPriv, a: &mut ibv_qp_attr, mask: &mut c_int) -> Result<(), c_
                 | IBV_QP_MIN_RNR_TIMER) as c_int;
         }
         IBV_QPS_RTS => {
-            a.sq_psn = st.my_psn;
+            a.sq_psn = sq_psn(&st);
             a.timeout = 14;
             a.retry_cnt = 7;
             a.rnr_retry = st.peer_qp.rnr_retry_count.max(1);

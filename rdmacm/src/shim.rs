@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 /// The interface version this library speaks (`ferroce_cm_abi()`).
-pub const ABI: u32 = 1;
+pub const ABI: u32 = 2;
 
 pub const CONNECT_REQUEST: u32 = 1;
 pub const CONNECT_RESPONSE: u32 = 2;
@@ -42,13 +42,14 @@ pub struct FfiEvent {
     pub qp: FfiQp,
     pub pd_len: u32,
     pub pd: *const u8,
+    pub mtu: u32,
 }
 
 pub type Callback = unsafe extern "C" fn(ev: *const FfiEvent, ctx: *mut c_void);
 
 /// The interface's functions.
 pub struct Ops {
-    pub start: unsafe extern "C" fn(Option<Callback>, *mut c_void, *mut u32) -> c_int,
+    pub start: unsafe extern "C" fn(u32, Option<Callback>, *mut c_void, *mut u32) -> c_int,
     pub listen: unsafe extern "C" fn(u16, u16) -> c_int,
     pub unlisten: unsafe extern "C" fn(u16, u16) -> c_int,
     #[allow(clippy::type_complexity)]

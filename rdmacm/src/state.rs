@@ -17,6 +17,20 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Set errno, return -1 (librdmacm's convention).
+/// The device whose CM this process uses, and its mode for `ferroce_cm_start`:
+/// `FERROCE_CM_DEVICE` = `ferroce0` (native, the default) or `ferroce0_rocev2` (the IBTA CM
+/// on QP1, which Linux rdma_cm peers such as rxe speak). Another name is kept, so opening it
+/// fails with a message naming it.
+pub fn cm_device() -> (&'static str, u32) {
+    static DEV: OnceLock<(&'static str, u32)> = OnceLock::new();
+    *DEV.get_or_init(|| match std::env::var("FERROCE_CM_DEVICE") {
+        Err(_) => ("ferroce0", 0),
+        Ok(v) if v == "ferroce0" => ("ferroce0", 0),
+        Ok(v) if v == "ferroce0_rocev2" => ("ferroce0_rocev2", 1),
+        Ok(v) => (Box::leak(v.into_boxed_str()), 0),
+    })
+}
+
 pub fn fail(e: c_int) -> c_int {
     // SAFETY: errno is this thread's own.
     unsafe { *libc::__errno_location() = e };
@@ -102,6 +116,8 @@ pub struct IdSt {
     pub peer_qp: FfiQp,
     /// Ours, as announced.
     pub my_psn: u32,
+    /// Path MTU (bytes) from the peer's REQ, 0 if none (the port's is used).
+    pub path_mtu: u32,
     /// rdma_create_ep's QP attributes for the requests rdma_get_request returns.
     pub ep_qp: Option<(usize, ibv_qp_init_attr)>,
     /// CQs and channels rdma_create_qp made (destroyed with the id).

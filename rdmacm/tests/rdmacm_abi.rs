@@ -178,5 +178,5 @@ fn the_private_cm_interface_matches_the_shims() {
     same!(FfiQp: qpn, start_psn, responder_resources, initiator_depth, retry_count,
         rnr_retry_count);
     same!(FfiEvent: kind, id, peer, local_addr, port_space, port, peer_port, reason, qp,
-        pd_len, pd);
+        pd_len, pd, mtu);
 }

@@ -4,7 +4,8 @@
 //! its own DPDK engine on `net_af_packet` (engine addresses 198.18.0.11/.12, which the
 //! programs name; ucmatose names the kernel address 198.18.0.2 and reaches the engine
 //! through `FERROCE_CM_MAP`), native mode, without and with 1 % injected loss on every
-//! transmit. Exit statuses and output are checked; every run is bounded in time. Also the
+//! transmit. The `_rocev2` tests run rping, `ib_write_bw -R`, cm_private.c and the failures
+//! over the RoCEv2 device and its IBTA CM on QP1 (`FERROCE_CM_DEVICE=ferroce0_rocev2`). Exit statuses and output are checked; every run is bounded in time. Also the
 //! failures a program sees: no listener (REJECTED, 8), nobody there (UNREACHABLE, -110), an
 //! unusable address (ADDR_ERROR).
 //!
@@ -78,13 +79,16 @@ fn lib_dir(tag: &str) -> PathBuf {
 struct Env {
     pair: VethPair,
     libs: PathBuf,
+    /// `FERROCE_CM_DEVICE` of both sides: whose CM (and device) the programs use.
+    device: &'static str,
 }
 
 impl Env {
-    fn new(tag: &str) -> Env {
+    fn on(tag: &str, device: &'static str) -> Env {
         Env {
             pair: VethPair::create(tag, ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair"),
             libs: lib_dir(tag),
+            device,
         }
     }
 
@@ -103,6 +107,7 @@ impl Env {
             )
             .env("FERROCE_LOSS", format!("{loss}"))
             .env("FERROCE_CM_MAP", map)
+            .env("FERROCE_CM_DEVICE", self.device)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c
@@ -153,12 +158,24 @@ fn pair_test(
     map: &str,
     check: impl Fn(&str, &str) -> Result<(), String>,
 ) {
+    pair_test_on("ferroce0", tag, server, client, map, check)
+}
+
+/// [`pair_test`] with the CM of `device` (`ferroce0_rocev2`: the IBTA CM on QP1).
+fn pair_test_on(
+    device: &'static str,
+    tag: &str,
+    server: &str,
+    client: &str,
+    map: &str,
+    check: impl Fn(&str, &str) -> Result<(), String>,
+) {
     if let Err(why) = prerequisites() {
         eprintln!("SKIP: {why}");
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let env = Env::new(tag);
+    let env = Env::on(tag, device);
     let mut failures = Vec::new();
     for loss in [0.0, 0.01] {
         let t0 = Instant::now();
@@ -205,6 +222,22 @@ fn rping_lines(out: &str, prefix: &str, count: usize) -> Result<(), String> {
 fn rping_100_pings() {
     pair_test(
         "r",
+        "rping -s -v -C 100 -a 198.18.0.12",
+        "rping -c -v -C 100 -a 198.18.0.12",
+        "",
+        |c, s| {
+            rping_lines(c, "ping data: ", 100)?;
+            rping_lines(s, "server ping data: ", 100)
+        },
+    );
+}
+
+/// rping over the RoCEv2 device: the IBTA CM on QP1 (spec/rocev2.md §10) and IBTA RC.
+#[test]
+fn rping_100_pings_rocev2() {
+    pair_test_on(
+        "ferroce0_rocev2",
+        "R",
         "rping -s -v -C 100 -a 198.18.0.12",
         "rping -c -v -C 100 -a 198.18.0.12",
         "",
@@ -288,6 +321,22 @@ fn perftest_write_bw_over_rdma_cm() {
     );
 }
 
+/// ib_write_bw -R over the RoCEv2 device and its CM.
+#[test]
+fn perftest_write_bw_over_rdma_cm_rocev2() {
+    pair_test_on(
+        "ferroce0_rocev2",
+        "W",
+        "ib_write_bw -R -d ferroce0_rocev2 -F -n 1000",
+        "ib_write_bw -R -d ferroce0_rocev2 -F -n 1000 198.18.0.12",
+        "",
+        |c, s| {
+            perftest_row(c, 65536)?;
+            server_row(s, 65536)
+        },
+    );
+}
+
 #[test]
 fn perftest_send_lat_over_rdma_cm() {
     pair_test(
@@ -306,12 +355,42 @@ fn perftest_send_lat_over_rdma_cm() {
 /// (nobody at the address: -ETIMEDOUT) and ADDR_ERROR (0.0.0.0).
 #[test]
 fn connection_failures_are_the_documented_events() {
+    connection_failures(
+        "ferroce0",
+        "f",
+        &[
+            ("198.18.0.12", "cma event RDMA_CM_EVENT_REJECTED, error 8"),
+            (
+                "198.18.0.13",
+                "cma event RDMA_CM_EVENT_UNREACHABLE, error -110",
+            ),
+            ("0.0.0.0", "cma event RDMA_CM_EVENT_ADDR_ERROR, error -99"),
+        ],
+    );
+}
+
+/// The same over the RoCEv2 device's IBTA CM: REJECTED 8 (at the REQ's first retransmission,
+/// after the listen grace) and ADDR_ERROR. UNREACHABLE is left out: with rdma_cm's timers
+/// (16 REQs about 6.4 s apart, as Linux) it takes some 100 s.
+#[test]
+fn connection_failures_are_the_documented_events_rocev2() {
+    connection_failures(
+        "ferroce0_rocev2",
+        "F",
+        &[
+            ("198.18.0.12", "cma event RDMA_CM_EVENT_REJECTED, error 8"),
+            ("0.0.0.0", "cma event RDMA_CM_EVENT_ADDR_ERROR, error -99"),
+        ],
+    );
+}
+
+fn connection_failures(device: &'static str, tag: &str, cases: &[(&str, &str)]) {
     if let Err(why) = prerequisites() {
         eprintln!("SKIP: {why}");
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let env = Env::new("f");
+    let env = Env::on(tag, device);
     let limit = Duration::from_secs(30);
     // The peer's engine runs (an idle server on another port) but nobody listens on 7174.
     let idle = env
@@ -319,16 +398,8 @@ fn connection_failures_are_the_documented_events() {
         .spawn()
         .expect("spawn idle server");
     std::thread::sleep(Duration::from_millis(1500));
-    let cases = [
-        ("198.18.0.12", "cma event RDMA_CM_EVENT_REJECTED, error 8"),
-        (
-            "198.18.0.13",
-            "cma event RDMA_CM_EVENT_UNREACHABLE, error -110",
-        ),
-        ("0.0.0.0", "cma event RDMA_CM_EVENT_ADDR_ERROR, error -99"),
-    ];
     let mut failures = Vec::new();
-    for (addr, want) in cases {
+    for &(addr, want) in cases {
         let t0 = Instant::now();
         let o = env
             .side(0, &format!("rping -c -a {addr} -C 1"), 0.0, "", limit)
@@ -357,11 +428,22 @@ fn connection_failures_are_the_documented_events() {
 /// readable exactly when an event waits.
 #[test]
 fn private_data_reject_and_refusals_from_c() {
+    private_data_from_c("ferroce0", "p");
+}
+
+/// The same over the RoCEv2 device's IBTA CM (private data in the MADs' fixed areas: REQ
+/// after the cma_hdr, REP, REJ with consumer reason 28).
+#[test]
+fn private_data_reject_and_refusals_from_c_rocev2() {
+    private_data_from_c("ferroce0_rocev2", "P");
+}
+
+fn private_data_from_c(device: &'static str, tag: &str) {
     if let Err(why) = prerequisites() {
         eprintln!("SKIP: {why}");
         return;
     }
-    let bin = std::env::temp_dir().join(format!("cm-private-{}", std::process::id()));
+    let bin = std::env::temp_dir().join(format!("cm-private-{tag}-{}", std::process::id()));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_private.c");
     let cc = Command::new("cc")
         .args(["-O1", "-Wall", "-Werror", "-o"])
@@ -376,8 +458,9 @@ fn private_data_reject_and_refusals_from_c() {
         String::from_utf8_lossy(&cc.stderr)
     );
     let b = bin.display();
-    pair_test(
-        "p",
+    pair_test_on(
+        device,
+        tag,
         &format!("{b} server 7000"),
         &format!("{b} client 198.18.0.12 7000"),
         "",

@@ -10,6 +10,9 @@
 //!
 //! The interface is not part of rdma-core's ABI: librdmacm finds it with `dlsym` and checks
 //! `ferroce_cm_abi()`; the structures are mirrored in `rdmacm/src/shim.rs`.
+//!
+//! `ferroce_cm_start` picks the device whose CM the process uses: mode 0 the native one
+//! (here), mode 1 the RoCEv2 one (the IBTA CM on QP1, cm_roce.rs); the other calls go to it.
 
 use crate::state::{engine, lock, Mode};
 use ferroce_dataplane::engine::{Command, TransportFn};
@@ -26,7 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Version of this interface (librdmacm refuses another).
-pub const ABI: u32 = 1;
+pub const ABI: u32 = 2;
 
 /// Event kinds of [`FfiEvent::kind`].
 pub mod kind {
@@ -65,6 +68,28 @@ pub struct FfiEvent {
     pub qp: FfiQp,
     pub pd_len: u32,
     pub pd: *const u8,
+    /// CONNECT_REQUEST of the RoCEv2 CM: the path MTU (bytes) the initiator chose, which
+    /// both QPs use; 0 otherwise (the port's).
+    pub mtu: u32,
+}
+
+impl FfiEvent {
+    pub fn empty() -> FfiEvent {
+        FfiEvent {
+            kind: 0,
+            id: 0,
+            peer: 0,
+            local_addr: 0,
+            port_space: 0,
+            port: 0,
+            peer_port: 0,
+            reason: 0,
+            qp: FfiQp::default(),
+            pd_len: 0,
+            pd: std::ptr::null(),
+            mtu: 0,
+        }
+    }
 }
 
 /// The callback librdmacm registers.
@@ -78,16 +103,21 @@ struct Shared {
     cb: Option<(FfiCallback, usize)>,
 }
 
+/// The first comm ID of a CM: differs per process, so a restarted one does not reuse its
+/// predecessor's while peers remember them.
+pub fn seed() -> u32 {
+    std::process::id().wrapping_mul(0x9e37_79b9)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+}
+
 fn shared() -> &'static Arc<Mutex<Shared>> {
     static S: OnceLock<Arc<Mutex<Shared>>> = OnceLock::new();
     S.get_or_init(|| {
-        let seed = std::process::id().wrapping_mul(0x9e37_79b9)
-            ^ std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
         Arc::new(Mutex::new(Shared {
-            cm: Cm::new(CmConfig::default(), seed),
+            cm: Cm::new(CmConfig::default(), seed()),
             now: 0,
             cb: None,
         }))
@@ -96,22 +126,34 @@ fn shared() -> &'static Arc<Mutex<Shared>> {
 
 /// Hand the CM's events to librdmacm (engine thread, no lock held during the callback).
 fn deliver() {
-    let (events, cb) = {
+    let events: Vec<CmEvent> = {
         let mut s = lock(shared());
-        let ev: Vec<CmEvent> = std::iter::from_fn(|| s.cm.poll_event()).collect();
-        (ev, s.cb)
-    };
-    let Some((cb, ctx)) = cb else {
-        return;
+        std::iter::from_fn(|| s.cm.poll_event()).collect()
     };
     for e in events {
-        let (mut f, pd) = ffi_event(&e);
-        f.pd = pd.as_ptr();
-        f.pd_len = pd.len() as u32;
-        // SAFETY: the callback librdmacm registered, given an event that lives (with its
-        // private data) until it returns, as the interface documents.
-        unsafe { cb(&f, ctx as *mut c_void) };
+        let (f, pd) = ffi_event(&e);
+        ffi_deliver(f, &pd);
     }
+}
+
+/// One event to librdmacm's callback, with `pd` as its private data (engine thread; no
+/// lock held during the callback).
+pub fn ffi_deliver(mut f: FfiEvent, pd: &[u8]) {
+    let Some((cb, ctx)) = lock(shared()).cb else {
+        return;
+    };
+    f.pd = pd.as_ptr();
+    f.pd_len = pd.len() as u32;
+    // SAFETY: the callback librdmacm registered, given an event that lives (with its
+    // private data) until it returns, as the interface documents.
+    unsafe { cb(&f, ctx as *mut c_void) };
+}
+
+/// The device whose CM this process uses (set by the first `ferroce_cm_start`).
+static CM_MODE: OnceLock<Mode> = OnceLock::new();
+
+fn roce() -> bool {
+    CM_MODE.get() == Some(&Mode::Roce)
 }
 
 fn ffi_qp(q: &QpInfo) -> FfiQp {
@@ -126,19 +168,7 @@ fn ffi_qp(q: &QpInfo) -> FfiQp {
 }
 
 fn ffi_event(e: &CmEvent) -> (FfiEvent, Vec<u8>) {
-    let mut f = FfiEvent {
-        kind: 0,
-        id: 0,
-        peer: 0,
-        local_addr: 0,
-        port_space: 0,
-        port: 0,
-        peer_port: 0,
-        reason: 0,
-        qp: FfiQp::default(),
-        pd_len: 0,
-        pd: std::ptr::null(),
-    };
+    let mut f = FfiEvent::empty();
     let pd = match e {
         CmEvent::ConnectRequest {
             id,
@@ -392,18 +422,28 @@ pub extern "C" fn ferroce_cm_abi() -> u32 {
     ABI
 }
 
-/// Start the native engine if needed, register the event callback, report the engine's own
-/// address (host order). 0 or an errno.
+/// Start the engine of `mode` (0 native, 1 RoCEv2) if needed, make its CM the process's,
+/// register the event callback, report the engine's own address (host order). 0 or an
+/// errno (EINVAL: an unknown mode, or another than the process started with).
 ///
 /// # Safety
 /// `local_ip` is null or writable; `cb` stays callable for the life of the process.
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_cm_start(
+    mode: u32,
     cb: Option<FfiCallback>,
     ctx: *mut c_void,
     local_ip: *mut u32,
 ) -> c_int {
-    let e = match engine(Mode::Native) {
+    let mode = match mode {
+        0 => Mode::Native,
+        1 => Mode::Roce,
+        _ => return libc::EINVAL,
+    };
+    if *CM_MODE.get_or_init(|| mode) != mode {
+        return libc::EINVAL;
+    }
+    let e = match engine(mode) {
         Ok(e) => e,
         Err(m) => {
             eprintln!("{m}");
@@ -420,11 +460,17 @@ pub unsafe extern "C" fn ferroce_cm_start(
 
 #[no_mangle]
 pub extern "C" fn ferroce_cm_listen(port_space: u16, port: u16) -> c_int {
+    if roce() {
+        return crate::cm_roce::listen(port_space, port);
+    }
     status(on_engine(move |cm, _| cm.listen(port_space, port)))
 }
 
 #[no_mangle]
 pub extern "C" fn ferroce_cm_unlisten(port_space: u16, port: u16) -> c_int {
+    if roce() {
+        return crate::cm_roce::unlisten(port_space, port);
+    }
     status(on_engine(move |cm, _| {
         cm.unlisten(port_space, port);
         Ok(())
@@ -444,6 +490,25 @@ pub unsafe extern "C" fn ferroce_cm_connect(
     len: u8,
     id: *mut u32,
 ) -> c_int {
+    if roce() {
+        let q = if qp.is_null() {
+            FfiQp::default()
+        } else {
+            // SAFETY: non-null, pointing at the caller's FfiQp (contract above).
+            unsafe { *qp }
+        };
+        return match crate::cm_roce::connect(peer, port_space, port, src_port, q, private(pd, len))
+        {
+            Ok(v) => {
+                if !id.is_null() {
+                    // SAFETY: non-null and writable (contract above).
+                    unsafe { *id = v };
+                }
+                0
+            }
+            Err(e) => e,
+        };
+    }
     let (q, pd) = (qp_info(qp), private(pd, len));
     let r = on_engine(move |cm, now| {
         cm.connect(
@@ -478,6 +543,15 @@ pub unsafe extern "C" fn ferroce_cm_accept(
     pd: *const u8,
     len: u8,
 ) -> c_int {
+    if roce() {
+        let q = if qp.is_null() {
+            FfiQp::default()
+        } else {
+            // SAFETY: non-null, pointing at the caller's FfiQp (contract above).
+            unsafe { *qp }
+        };
+        return crate::cm_roce::accept(id, q, private(pd, len));
+    }
     let (q, pd) = (qp_info(qp), private(pd, len));
     status(on_engine(move |cm, now| cm.accept(now, CmId(id), q, &pd)))
 }
@@ -487,6 +561,9 @@ pub unsafe extern "C" fn ferroce_cm_accept(
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_cm_reject(id: u32, reason: u16, pd: *const u8, len: u8) -> c_int {
     let pd = private(pd, len);
+    if roce() {
+        return crate::cm_roce::reject(id, reason, pd);
+    }
     status(on_engine(move |cm, now| {
         cm.reject(now, CmId(id), reason, &pd)
     }))
@@ -497,6 +574,9 @@ pub unsafe extern "C" fn ferroce_cm_reject(id: u32, reason: u16, pd: *const u8, 
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_cm_establish(id: u32, pd: *const u8, len: u8) -> c_int {
     let pd = private(pd, len);
+    if roce() {
+        return crate::cm_roce::establish(id, pd);
+    }
     status(on_engine(move |cm, _| cm.establish(CmId(id), &pd)))
 }
 
@@ -505,11 +585,17 @@ pub unsafe extern "C" fn ferroce_cm_establish(id: u32, pd: *const u8, len: u8) -
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_cm_disconnect(id: u32, pd: *const u8, len: u8) -> c_int {
     let pd = private(pd, len);
+    if roce() {
+        return crate::cm_roce::disconnect(id, pd);
+    }
     status(on_engine(move |cm, now| cm.disconnect(now, CmId(id), &pd)))
 }
 
 #[no_mangle]
 pub extern "C" fn ferroce_cm_release(id: u32) -> c_int {
+    if roce() {
+        return crate::cm_roce::release(id);
+    }
     status(on_engine(move |cm, now| {
         cm.release(now, CmId(id));
         Ok(())

@@ -24,6 +24,7 @@
 
 pub mod bench;
 pub mod cm;
+pub mod cm_roce;
 pub mod config;
 pub mod cq_ex;
 pub mod device;

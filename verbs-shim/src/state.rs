@@ -469,7 +469,11 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             rc.retry_forever_at_7 = roce_retry_forever;
             let m = roce_port_mtu(cfg.port.mtu);
             rc.ud_mtu = m;
-            (Box::new(RoceEndpoint::new(rc)), m)
+            // QP1 serves the IBTA CM (cm_roce.rs).
+            (
+                crate::cm_roce::wrap(RoceEndpoint::new(rc), crate::cm::seed()),
+                m,
+            )
         }
     };
     let (mut eng, h) = Engine::new(port, transport, params, eal.tsc_hz())

@@ -4,6 +4,8 @@
 //! `Event::Connected` at once); a "stream" is an RC QP in RTS. Packets are demultiplexed by
 //! (peer address, destination QPN).
 
+use super::cm::wire::GSI_QPN;
+use super::cm::RoceCm;
 use super::qp::{Ctx, Qp, QpState};
 use super::ud::{IpHeader, UdDest, UdQp};
 use super::wire::{self, Flow, Packet, PacketView, WireError, IPV4_HEADER_LEN, QPN_MASK};
@@ -31,6 +33,8 @@ pub struct QpParams {
     /// configured MTU. Both ends of a QP must use the same one (IBTA segments by it).
     pub mtu: u32,
 }
+
+mod gsi;
 
 fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -69,6 +73,10 @@ pub struct RoceEndpoint {
     completions: VecDeque<Completion>,
     events: VecDeque<Event>,
     counters: RoceCounters,
+    /// The connection manager on QP1 (the GSI), if enabled (boxed: most endpoints have none).
+    cm: Option<Box<RoceCm>>,
+    /// PSN of QP1's next datagram.
+    gsi_psn: u32,
 }
 
 impl RoceEndpoint {
@@ -84,6 +92,8 @@ impl RoceEndpoint {
             completions: VecDeque::new(),
             events: VecDeque::new(),
             counters: RoceCounters::default(),
+            cm: None,
+            gsi_psn: 0,
         }
     }
 
@@ -416,6 +426,9 @@ impl RoceEndpoint {
         // A UD QP is found by its number alone (any source may send to it), an RC/UC QP by
         // its peer and number.
         let ud = pkt.bth.opcode.is_ud();
+        if ud && pkt.bth.dest_qpn == GSI_QPN && self.gsi_receive(now, src, &pkt) {
+            return;
+        }
         let found = if ud {
             self.ud_by_qpn.get(&pkt.bth.dest_qpn)
         } else {
@@ -478,6 +491,10 @@ impl RoceEndpoint {
         buf: &mut [u8],
         mem: &mut dyn Memory,
     ) -> Option<Transmit> {
+        // Connection management first: it is rare and others wait for it.
+        if let Some(t) = self.gsi_transmit(buf) {
+            return Some(t);
+        }
         let nrc = self.qps.len();
         let n = nrc + self.ud.len();
         let RoceEndpoint {
@@ -536,10 +553,20 @@ impl RoceEndpoint {
     }
 
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.qps.iter().filter_map(|q| q.next_deadline()).min()
+        let cm = self.cm.as_ref().and_then(|c| c.poll_timeout());
+        self.qps
+            .iter()
+            .filter_map(|q| q.next_deadline())
+            .chain(cm)
+            .min()
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
+        if let Some(cm) = self.cm.as_mut() {
+            if cm.poll_timeout().is_some_and(|t| t <= now) {
+                cm.handle_timeout(now);
+            }
+        }
         let RoceEndpoint {
             cfg,
             qps,

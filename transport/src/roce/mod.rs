@@ -25,6 +25,7 @@
 //! dataplane) should call [`RoceEndpoint::handle_datagram_ip`] instead, which checks the ICRC
 //! over the real headers; or verify it itself and set [`RoceConfig::verify_icrc`] to false.
 
+pub mod cm;
 pub mod engine;
 mod qp;
 pub mod ud;
@@ -188,6 +189,9 @@ pub struct RoceCounters {
     pub ud_sent: u64,
     /// UD: datagrams placed in a receive (successfully).
     pub ud_delivered: u64,
+    /// CM MADs received on QP1 and sent from it (spec/rocev2.md §10).
+    pub gsi_mads_received: u64,
+    pub gsi_mads_sent: u64,
     /// UD: datagrams dropped because the DETH's Q_Key is not the QP's.
     pub ud_bad_qkey: u64,
     /// UD: datagrams dropped because no receive was posted.

@@ -10,7 +10,7 @@ use super::wire::{
     self, Bth, Deth, ExtHeaders, Flow, Opcode, Packet, BTH_LEN, DETH_LEN, ICRC_LEN, IMM_LEN,
     IPV4_HEADER_LEN, QKEY_CONTROLLED, QPN_MASK,
 };
-use super::RoceCounters;
+use super::{RoceConfig, RoceCounters};
 use crate::api::*;
 use crate::mem::{sgl_len, sgl_read, sgl_write};
 use std::collections::VecDeque;
@@ -48,6 +48,66 @@ pub(crate) struct UdQp {
     psn: u32,
     sq: VecDeque<UdWqe>,
     rq: VecDeque<RecvWr>,
+}
+
+/// The headers of one UD SEND: what [`Datagram::finish`] writes around a payload.
+pub(crate) struct Datagram {
+    pub dst: Ipv4Addr,
+    pub dst_qpn: u32,
+    pub qkey: u32,
+    pub src_qpn: u32,
+    pub src_port: u16,
+    pub psn: u32,
+    pub solicited: bool,
+    pub imm: Option<u32>,
+}
+
+impl Datagram {
+    /// Where the payload starts in the buffer.
+    pub fn header_len(&self) -> usize {
+        BTH_LEN + DETH_LEN + if self.imm.is_some() { IMM_LEN } else { 0 }
+    }
+
+    /// Write BTH, DETH (and immediate), pad and ICRC around the `len` payload bytes already
+    /// at `buf[header_len()..]`; the datagram's length, or None if `buf` is too small.
+    pub fn finish(&self, cfg: &RoceConfig, buf: &mut [u8], len: usize) -> Option<usize> {
+        let hdr = self.header_len();
+        if buf.len() < hdr + len + 3 + ICRC_LEN {
+            return None;
+        }
+        let opcode = if self.imm.is_some() {
+            Opcode::UdSendOnlyImm
+        } else {
+            Opcode::UdSendOnly
+        };
+        let mut bth = Bth::new(opcode, self.dst_qpn, self.psn);
+        bth.pkey = cfg.pkey;
+        bth.solicited = self.solicited;
+        bth.pad = wire::pad_for(len);
+        let ext = ExtHeaders {
+            deth: Some(Deth {
+                qkey: self.qkey,
+                src_qpn: self.src_qpn,
+                resv: 0,
+            }),
+            imm: self.imm,
+            ..Default::default()
+        };
+        bth.emit(buf).ok()?;
+        ext.emit(bth.opcode, &mut buf[BTH_LEN..]).ok()?;
+        let end = hdr + len + bth.pad as usize;
+        buf[hdr + len..end].fill(0);
+        let flow = Flow {
+            src: cfg.local_ip,
+            dst: self.dst,
+            src_port: self.src_port,
+            dst_port: wire::UDP_PORT,
+        };
+        let h = flow.headers(end + ICRC_LEN);
+        let c = wire::icrc(&h[..IPV4_HEADER_LEN], &h[IPV4_HEADER_LEN..], &buf[..end]);
+        buf[end..end + ICRC_LEN].copy_from_slice(&c.to_le_bytes());
+        Some(end + ICRC_LEN)
+    }
 }
 
 /// The 20 IPv4 header bytes a receive's GRH area ends with.
@@ -149,46 +209,25 @@ impl UdQp {
             } else {
                 w.dest.qkey
             };
-            let mut bth = Bth::new(
-                if imm.is_some() {
-                    Opcode::UdSendOnlyImm
-                } else {
-                    Opcode::UdSendOnly
-                },
-                w.dest.qpn,
-                self.psn,
-            );
-            bth.pkey = cfg.pkey;
-            bth.solicited = w.wr.solicited;
-            bth.pad = wire::pad_for(len);
-            self.psn = wire::psn::add(self.psn, 1);
-            let ext = ExtHeaders {
-                deth: Some(Deth {
-                    qkey,
-                    src_qpn: self.qpn,
-                    resv: 0,
-                }),
-                imm,
-                ..Default::default()
-            };
-            // Headers around the payload already in place.
-            bth.emit(buf).ok()?;
-            ext.emit(bth.opcode, &mut buf[BTH_LEN..]).ok()?;
-            let end = hdr + len + bth.pad as usize;
-            buf[hdr + len..end].fill(0);
-            let flow = Flow {
-                src: cfg.local_ip,
+            let d = Datagram {
                 dst: w.dest.ip,
+                dst_qpn: w.dest.qpn,
+                qkey,
+                src_qpn: self.qpn,
                 src_port: self.src_port,
-                dst_port: wire::UDP_PORT,
+                psn: self.psn,
+                solicited: w.wr.solicited,
+                imm,
             };
-            let h = flow.headers(end + ICRC_LEN);
-            let c = wire::icrc(&h[..IPV4_HEADER_LEN], &h[IPV4_HEADER_LEN..], &buf[..end]);
-            buf[end..end + ICRC_LEN].copy_from_slice(&c.to_le_bytes());
+            self.psn = wire::psn::add(self.psn, 1);
+            let Some(n) = d.finish(cfg, buf, len) else {
+                counters.tx_buffer_too_small += 1;
+                return None;
+            };
             counters.tx_payload_bytes += len as u64;
             counters.ud_sent += 1;
             complete(completions, counters, self.qpn, &w.wr, Status::Success);
-            return Some((end + ICRC_LEN, w.dest.ip));
+            return Some((n, w.dest.ip));
         }
     }
 

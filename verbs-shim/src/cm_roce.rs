@@ -1,0 +1,316 @@
+//! The RoCEv2 device's connection manager: the IBTA CM on QP1 of its engine
+//! (`ferroce_transport::roce::cm`, spec/rocev2.md §10), behind the same private interface
+//! as the native CM (cm.rs: `ferroce_cm_start` with mode 1 selects it).
+//!
+//! The engine's [`RoceEndpoint`] serves QP1 itself; [`RoceCmTransport`] wraps it only to
+//! know the time and to hand the CM's events to librdmacm after each receive and timer
+//! (engine thread, no shim lock held), as the native wrapper does.
+
+use crate::cm::{ffi_deliver, kind, FfiEvent, FfiQp};
+use crate::state::{engine, Mode};
+use ferroce_dataplane::engine::{Command, TransportFn};
+use ferroce_transport::mem::Memory;
+use ferroce_transport::roce::cm::{
+    CmQp, ConnectParams, RoceCmConfig, RoceCmError, RoceCmEvent, RoceCmId,
+};
+use ferroce_transport::roce::RoceEndpoint;
+use ferroce_transport::{
+    Completion, ConnId, Event, PostError, RecvWr, RxDatagram, SendWr, Transmit, Transport,
+    TransportTotals,
+};
+use std::ffi::c_int;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The engine's time as of its latest call into the transport.
+static NOW: AtomicU64 = AtomicU64::new(0);
+
+/// Local ACK timeout the CM's QPs are announced with (the shim's RC default).
+const LOCAL_ACK_TIMEOUT: u8 = 14;
+
+/// Enable the CM on the RoCEv2 endpoint and wrap it (state.rs, when the engine starts).
+pub fn wrap(mut ep: RoceEndpoint, seed: u32) -> Box<dyn Transport + Send> {
+    let ip = ep.config().local_ip;
+    ep.enable_cm(RoceCmConfig::new(ip), seed);
+    Box::new(RoceCmTransport { inner: ep })
+}
+
+pub struct RoceCmTransport {
+    inner: RoceEndpoint,
+}
+
+fn ffi_qp(q: &CmQp) -> FfiQp {
+    FfiQp {
+        qpn: q.qpn,
+        start_psn: q.starting_psn,
+        responder_resources: q.responder_resources,
+        initiator_depth: q.initiator_depth,
+        retry_count: q.retry_count,
+        rnr_retry_count: q.rnr_retry_count,
+    }
+}
+
+fn ffi_event(e: &RoceCmEvent) -> (FfiEvent, Vec<u8>) {
+    let mut f = FfiEvent::empty();
+    let pd = match e {
+        RoceCmEvent::ConnectRequest {
+            id,
+            peer,
+            port_space,
+            port,
+            peer_port,
+            local_addr,
+            qp,
+            mtu,
+            private_data,
+            ..
+        } => {
+            f.kind = kind::CONNECT_REQUEST;
+            f.id = id.0;
+            f.peer = u32::from(*peer);
+            f.local_addr = u32::from(*local_addr);
+            f.port_space = *port_space;
+            f.port = *port;
+            f.peer_port = *peer_port;
+            f.qp = ffi_qp(qp);
+            f.mtu = *mtu;
+            private_data.clone()
+        }
+        RoceCmEvent::ConnectResponse {
+            id,
+            qp,
+            private_data,
+        } => {
+            f.kind = kind::CONNECT_RESPONSE;
+            f.id = id.0;
+            f.qp = ffi_qp(qp);
+            private_data.clone()
+        }
+        RoceCmEvent::Established { id } => {
+            f.kind = kind::ESTABLISHED;
+            f.id = id.0;
+            Vec::new()
+        }
+        RoceCmEvent::Rejected {
+            id,
+            reason,
+            private_data,
+        } => {
+            f.kind = kind::REJECTED;
+            f.id = id.0;
+            f.reason = *reason;
+            private_data.clone()
+        }
+        RoceCmEvent::Unreachable { id } => {
+            f.kind = kind::UNREACHABLE;
+            f.id = id.0;
+            Vec::new()
+        }
+        RoceCmEvent::Disconnected { id } => {
+            f.kind = kind::DISCONNECTED;
+            f.id = id.0;
+            Vec::new()
+        }
+    };
+    (f, pd)
+}
+
+/// Hand the CM's queued events to librdmacm (engine thread).
+fn deliver(ep: &mut RoceEndpoint) {
+    let Some(cm) = ep.cm_mut() else { return };
+    let events: Vec<RoceCmEvent> = std::iter::from_fn(|| cm.poll_event()).collect();
+    for e in events {
+        let (f, pd) = ffi_event(&e);
+        ffi_deliver(f, &pd);
+    }
+}
+
+impl Transport for RoceCmTransport {
+    fn connect(&mut self, peer: Ipv4Addr) -> ConnId {
+        self.inner.connect(peer)
+    }
+    fn create_stream(&mut self, c: ConnId, l: u32, r: u32, pd: u32) -> Result<(), PostError> {
+        Transport::create_stream(&mut self.inner, c, l, r, pd)
+    }
+    fn destroy_stream(&mut self, c: ConnId, l: u32) -> Result<(), PostError> {
+        Transport::destroy_stream(&mut self.inner, c, l)
+    }
+    fn post_send(&mut self, c: ConnId, stream: u32, wr: SendWr) -> Result<(), PostError> {
+        self.inner.post_send(c, stream, wr)
+    }
+    fn post_recv(&mut self, c: ConnId, stream: u32, wr: RecvWr) -> Result<(), PostError> {
+        self.inner.post_recv(c, stream, wr)
+    }
+    fn receive(&mut self, now: u64, d: &RxDatagram<'_>, mem: &mut dyn Memory) {
+        NOW.store(now, Ordering::Relaxed);
+        self.inner.receive(now, d, mem);
+        deliver(&mut self.inner);
+    }
+    fn transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &mut dyn Memory,
+        ready: u64,
+    ) -> Option<Transmit> {
+        NOW.store(now, Ordering::Relaxed);
+        self.inner.transmit(now, buf, mem, ready)
+    }
+    fn close(&mut self, c: ConnId) -> Result<(), PostError> {
+        Transport::close(&mut self.inner, c)
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        self.inner.poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: u64) {
+        NOW.store(now, Ordering::Relaxed);
+        self.inner.handle_timeout(now);
+        deliver(&mut self.inner);
+    }
+    fn poll_completion(&mut self) -> Option<Completion> {
+        self.inner.poll_completion()
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        self.inner.poll_event()
+    }
+    fn totals(&self) -> TransportTotals {
+        self.inner.totals()
+    }
+    fn udp_port(&self) -> u16 {
+        Transport::udp_port(&self.inner)
+    }
+    fn accepts_connections(&self) -> bool {
+        Transport::accepts_connections(&self.inner)
+    }
+    // The endpoint itself: the shim's downcasts to `RoceEndpoint` keep working.
+    fn as_any(&self) -> &dyn std::any::Any {
+        self.inner.as_any()
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self.inner.as_any_mut()
+    }
+}
+
+/// Run `f` on the RoCEv2 engine's CM in its thread and wait for the result.
+fn on_engine<R: Send + 'static>(
+    f: impl FnOnce(&mut ferroce_transport::roce::cm::RoceCm, u64, u32) -> R + Send + 'static,
+) -> Result<R, c_int> {
+    let e = engine(Mode::Roce).map_err(|m| {
+        crate::state::dbg_log!("CM: {m}");
+        libc::ENODEV
+    })?;
+    let mtu = e.mtu;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
+        let Some(ep) = t.as_any_mut().downcast_mut::<RoceEndpoint>() else {
+            let _ = tx.send(None);
+            return;
+        };
+        let r = ep
+            .cm_mut()
+            .map(|cm| f(cm, NOW.load(Ordering::Relaxed), mtu));
+        deliver(ep);
+        let _ = tx.send(r);
+    }))));
+    rx.recv_timeout(Duration::from_secs(5))
+        .map_err(|_| libc::ETIMEDOUT)?
+        .ok_or(libc::ENODEV)
+}
+
+fn errno_of(e: RoceCmError) -> c_int {
+    match e {
+        RoceCmError::UnknownId => libc::ENOENT,
+        RoceCmError::InvalidState | RoceCmError::PrivateDataTooLong | RoceCmError::InvalidMtu => {
+            libc::EINVAL
+        }
+        RoceCmError::PortInUse => libc::EADDRINUSE,
+    }
+}
+
+fn status(r: Result<Result<(), RoceCmError>, c_int>) -> c_int {
+    match r {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => errno_of(e),
+        Err(e) => e,
+    }
+}
+
+fn cm_qp(q: FfiQp) -> CmQp {
+    CmQp {
+        qpn: q.qpn & 0x00ff_ffff,
+        starting_psn: q.start_psn & 0x00ff_ffff,
+        responder_resources: q.responder_resources,
+        initiator_depth: q.initiator_depth,
+        retry_count: q.retry_count.min(7),
+        rnr_retry_count: q.rnr_retry_count.min(7),
+    }
+}
+
+pub fn listen(port_space: u16, port: u16) -> c_int {
+    status(on_engine(move |cm, _, _| cm.listen(port_space, port)))
+}
+
+pub fn unlisten(port_space: u16, port: u16) -> c_int {
+    status(on_engine(move |cm, _, _| {
+        cm.unlisten(port_space, port);
+        Ok(())
+    }))
+}
+
+pub fn connect(
+    peer: u32,
+    port_space: u16,
+    port: u16,
+    src_port: u16,
+    qp: FfiQp,
+    pd: Vec<u8>,
+) -> Result<u32, c_int> {
+    let r = on_engine(move |cm, now, mtu| {
+        let p = ConnectParams {
+            peer: Ipv4Addr::from(peer),
+            port_space,
+            port,
+            src_port,
+            qp: cm_qp(qp),
+            mtu,
+            local_ack_timeout: LOCAL_ACK_TIMEOUT,
+            private_data: pd,
+        };
+        cm.connect(now, &p)
+    });
+    match r {
+        Ok(Ok(RoceCmId(v))) => Ok(v),
+        Ok(Err(e)) => Err(errno_of(e)),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn accept(id: u32, qp: FfiQp, pd: Vec<u8>) -> c_int {
+    status(on_engine(move |cm, now, _| {
+        cm.accept(now, RoceCmId(id), cm_qp(qp), &pd)
+    }))
+}
+
+pub fn reject(id: u32, reason: u16, pd: Vec<u8>) -> c_int {
+    status(on_engine(move |cm, now, _| {
+        cm.reject(now, RoceCmId(id), reason, &pd)
+    }))
+}
+
+pub fn establish(id: u32, pd: Vec<u8>) -> c_int {
+    status(on_engine(move |cm, _, _| cm.establish(RoceCmId(id), &pd)))
+}
+
+pub fn disconnect(id: u32, pd: Vec<u8>) -> c_int {
+    status(on_engine(move |cm, now, _| {
+        cm.disconnect(now, RoceCmId(id), &pd)
+    }))
+}
+
+pub fn release(id: u32) -> c_int {
+    status(on_engine(move |cm, now, _| {
+        cm.release(now, RoceCmId(id));
+        Ok(())
+    }))
+}
