@@ -525,7 +525,7 @@ fn qperf_rc_tests_over_rdma_cm() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let env = Env::new("q");
+    let env = Env::on("q", "ferroce0");
     let map = "198.18.0.2=198.18.0.12";
     let mut failures = Vec::new();
     for loss in [0.0, 0.01] {
@@ -602,7 +602,7 @@ fn fi_pingpong_msg_and_dgram_endpoints() {
     // Datagrams are unreliable and fi_pingpong does not resend: lossless only. libfabric
     // names a device's datagram domain `<device>-dgram`.
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let env = Env::new("g");
+    let env = Env::on("g", "ferroce0");
     let ((ct, cc), (st, sc)) = run_two(
         &env,
         "fi_pingpong -p verbs -e dgram -d ferroce0-dgram -I 10 -S 64",
