@@ -525,10 +525,15 @@ fn qperf_rc_tests_over_rdma_cm() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let env = Env::on("q", "ferroce0");
     let map = "198.18.0.2=198.18.0.12";
     let mut failures = Vec::new();
-    for loss in [0.0, 0.01] {
+    for (device, loss) in [
+        ("ferroce0", 0.0),
+        ("ferroce0", 0.01),
+        ("ferroce0_rocev2", 0.0),
+        ("ferroce0_rocev2", 0.01),
+    ] {
+        let env = Env::on("q", device);
         let mut server = env
             .side(1, "qperf", loss, map, Duration::from_secs(200))
             .stdout(Stdio::null())
@@ -559,13 +564,16 @@ fn qperf_rc_tests_over_rdma_cm() {
                 .and_then(|v| v.parse::<f64>().ok());
             let ok = o.status.success() && value.is_some_and(|v| v > 0.0);
             eprintln!(
-                "| {cmd:<50} | {:>4.1} % | {} ({:.1} s) {value:?}",
+                "| {cmd:<50} | {device:<15} | {:>4.1} % | {} ({:.1} s) {value:?}",
                 loss * 100.0,
                 if ok { "pass" } else { "FAIL" },
                 t0.elapsed().as_secs_f64()
             );
             if !ok {
-                failures.push(format!("{cmd} at {loss}: {:?}\n{out}", o.status.code()));
+                failures.push(format!(
+                    "{cmd} on {device} at {loss}: {:?}\n{out}",
+                    o.status.code()
+                ));
             }
         }
         // The server serves until it is ended: ours, by its pid.
