@@ -584,7 +584,8 @@ fn qperf_rc_tests_over_rdma_cm() {
 }
 
 /// libfabric's verbs provider with connected (`-e msg`) endpoints, whose connections and
-/// event queue are rdma_cm's (0 and 1 % loss), and with datagram (`-e dgram`) endpoints.
+/// event queue are rdma_cm's (both devices, 0 and 1 % loss), and with datagram (`-e dgram`)
+/// endpoints.
 /// `fi_pingpong` names the server's kernel address, mapped to its engine by
 /// `FERROCE_CM_MAP` (its own control connection is TCP to that address).
 #[test]
@@ -598,6 +599,20 @@ fn fi_pingpong_msg_and_dgram_endpoints() {
         "f",
         "fi_pingpong -p verbs -e msg -d ferroce0 -I 10 -S 64",
         "fi_pingpong -p verbs -e msg -d ferroce0 -I 10 -S 64 198.18.0.2",
+        "198.18.0.2=198.18.0.12",
+        |c, _| {
+            if ok(c) {
+                Ok(())
+            } else {
+                Err("no result line \"64 ... =10\"".into())
+            }
+        },
+    );
+    pair_test_on(
+        "ferroce0_rocev2",
+        "f2",
+        "fi_pingpong -p verbs -e msg -d ferroce0_rocev2 -I 10 -S 64",
+        "fi_pingpong -p verbs -e msg -d ferroce0_rocev2 -I 10 -S 64 198.18.0.2",
         "198.18.0.2=198.18.0.12",
         |c, _| {
             if ok(c) {
