@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod compliance;
 mod format;
 mod output;
 mod run;
@@ -42,6 +43,10 @@ fn main() -> ExitCode {
     // `dataplane` too (its `-v` is not clap's).
     if argv.len() >= 2 && argv[1] == "dataplane" {
         let code = ferroce_dataplane::main_dataplane(&argv[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
+    if argv.len() >= 2 && argv[1] == "compliance" {
+        let code = compliance::main(&argv[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     if argv.len() >= 2 && argv[1] == "interop" {
