@@ -23,7 +23,7 @@ pub fn run(h: &EngineHandle, timeout: Duration, stop: impl Fn() -> bool) -> Work
     println!("{READY} {}", keys.to_arg());
     let _ = std::io::stdout().flush();
     let t0 = Instant::now();
-    let (mut conns, mut recvs, mut errors) = (0u64, 0u64, Vec::new());
+    let (mut conns, mut recvs, mut refused) = (0u64, 0u64, 0u64);
     while t0.elapsed() < timeout && !stop() && !h.stopped() {
         let Some(o) = h.next(Duration::from_millis(5)) else {
             continue;
@@ -47,20 +47,18 @@ pub fn run(h: &EngineHandle, timeout: Duration, stop: impl Fn() -> bool) -> Work
                     );
                 }
             }
-            Output::Refused { what, wr_id, err } => {
-                // A post refused because the peer closed first is expected; keep a few.
-                if errors.len() < 16 {
-                    errors.push(format!("{what} {wr_id:#x} refused: {err:?}"));
-                }
-            }
+            // A receive posted again after the peer closed is refused: expected, counted.
+            Output::Refused { .. } => refused += 1,
             _ => {}
         }
     }
-    eprintln!("compliance target: {conns} connections accepted, {recvs} receives completed");
+    eprintln!(
+        "compliance target: {conns} connections accepted, {recvs} receives completed, \
+         {refused} posts refused (connections the peer had closed)"
+    );
     WorkloadResult {
         role: "compliance".into(),
         ok: true,
-        errors,
         completed: recvs,
         elapsed_s: t0.elapsed().as_secs_f64(),
         ..Default::default()

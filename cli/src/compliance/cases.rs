@@ -17,13 +17,13 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "close",
             what: "CLOSE gets CLOSE_ACK reason 0, again for a duplicate; then nothing is answered",
-            reqs: &["CLOSE-4", "WIRE-28", "CLOSE-6", "OPEN-7"],
+            reqs: &["CLOSE-4", "WIRE-28", "CLOSE-6", "OPEN-7", "OPEN-1"],
             run: case_close,
         },
         Case {
             name: "incarnation",
             what: "a restarted peer (new src_conn) gets a new connection; old and unknown ids get nothing",
-            reqs: &["OPEN-1", "CONN-1", "CONN-3"],
+            reqs: &["OPEN-1", "CONN-1", "CONN-3", "CLOSE-4"],
             run: case_incarnation,
         },
         Case {
@@ -35,13 +35,13 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "hint",
             what: "a hint request gets an ACK (no PROBE_ACK) echoing its ts; the hint in ACKs",
-            reqs: &["COLD-3", "ACK-4", "CC-4"],
+            reqs: &["COLD-3", "ACK-4", "CC-4", "ACK-1"],
             run: case_hint,
         },
         Case {
             name: "reflection",
             what: "ACK, NACK and PROBE_ACK leave from the source port of what they answer",
-            reqs: &["WIRE-31", "PATH-8", "WIRE-30"],
+            reqs: &["WIRE-31", "PATH-8", "WIRE-30", "ACK-1", "NACK-1"],
             run: case_reflection,
         },
         Case {
@@ -144,7 +144,7 @@ fn case_open(env: &Env) -> Result<Verdict, Fail> {
     )]))
 }
 
-// checks: [CLOSE-4] [WIRE-28] [CLOSE-6] [OPEN-7]
+// checks: [CLOSE-4] [WIRE-28] [CLOSE-6] [OPEN-7] [OPEN-1]
 fn case_close(env: &Env) -> Result<Verdict, Fail> {
     let mut p = Peer::open(env)?;
     write_acked(&mut p, "OPEN-1")?;
@@ -206,7 +206,7 @@ fn case_close(env: &Env) -> Result<Verdict, Fail> {
     Ok(Verdict::Pass(vec![]))
 }
 
-// checks: [OPEN-1] [CONN-1] [CONN-3]
+// checks: [OPEN-1] [CONN-1] [CONN-3] [CLOSE-4]
 fn case_incarnation(env: &Env) -> Result<Verdict, Fail> {
     // The "old incarnation" closes; a restarted peer opens with a new src_conn.
     let mut old = Peer::open(env)?;
@@ -287,7 +287,7 @@ fn case_probe(env: &Env) -> Result<Verdict, Fail> {
     Ok(Verdict::Pass(vec![]))
 }
 
-// checks: [COLD-3] [ACK-4] [CC-4]
+// checks: [COLD-3] [ACK-4] [CC-4] [ACK-1]
 fn case_hint(env: &Env) -> Result<Verdict, Fail> {
     let mut p = Peer::open(env)?;
     let ts = 0x00c0_ffee;
@@ -374,7 +374,7 @@ fn case_hint(env: &Env) -> Result<Verdict, Fail> {
     Ok(Verdict::Pass(vec![format!("hints {hints:?} Mbit/s")]))
 }
 
-// checks: [WIRE-31] [PATH-8] [WIRE-30]
+// checks: [WIRE-31] [PATH-8] [WIRE-30] [ACK-1] [NACK-1]
 fn case_reflection(env: &Env) -> Result<Verdict, Fail> {
     let mut p = Peer::open(env)?;
     let (s1, s2, s3) = (SPORT + 11, SPORT + 12, SPORT + 13);

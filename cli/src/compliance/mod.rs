@@ -6,6 +6,7 @@
 
 mod cases;
 mod cases_data;
+mod cases_remote;
 mod peer;
 
 pub use peer::{Net, Peer};
@@ -107,6 +108,7 @@ pub struct Case {
 pub fn all_cases() -> Vec<Case> {
     let mut v = cases::cases();
     v.extend(cases_data::cases());
+    v.extend(cases_remote::cases());
     v
 }
 
@@ -291,5 +293,71 @@ pub fn main(args: &[String]) -> i32 {
         0
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A case's list of requirements, its `checks:` marker (what scripts/req-index counts) and
+    /// the requirements its checks can name agree.
+    #[test]
+    fn every_case_lists_the_requirements_it_checks_and_its_marker_says_the_same() {
+        let src = [
+            include_str!("cases.rs"),
+            include_str!("cases_data.rs"),
+            include_str!("cases_remote.rs"),
+        ];
+        let ids = |t: &str, open: char, close: char| -> Vec<String> {
+            t.split(open)
+                .skip(1)
+                .filter_map(|x| x.split(close).next())
+                .filter(|x| {
+                    x.split_once('-').is_some_and(|(a, n)| {
+                        !a.is_empty()
+                            && a.chars().all(|c| c.is_ascii_uppercase())
+                            && !n.is_empty()
+                            && n.chars().all(|c| c.is_ascii_digit())
+                    })
+                })
+                .map(String::from)
+                .collect()
+        };
+        let cases = all_cases();
+        assert!(cases.len() >= 15);
+        for c in &cases {
+            let head = format!("\nfn case_{}(", c.name);
+            let src = src
+                .iter()
+                .find(|s| s.contains(&head))
+                .unwrap_or_else(|| panic!("no fn case_{}", c.name));
+            let at = src.find(&head).expect("found");
+            let marker_line = src[..at].lines().last().unwrap_or("");
+            assert!(
+                marker_line.starts_with("// checks:"),
+                "{}: no marker",
+                c.name
+            );
+            let reqs: Vec<String> = c.reqs.iter().map(|s| s.to_string()).collect();
+            assert_eq!(
+                ids(marker_line, '[', ']'),
+                reqs,
+                "{}: marker vs list",
+                c.name
+            );
+            let body_end = src[at + 1..]
+                .find("\n// checks:")
+                .map_or(src.len(), |e| at + 1 + e);
+            for id in ids(&src[at..body_end], '"', '"') {
+                // Peer::open names these when the connection cannot be opened at all.
+                let opening = id == "OPEN-1" || id == "CONN-1";
+                assert!(
+                    reqs.contains(&id) || opening,
+                    "{}: checks {id}, not in its list",
+                    c.name
+                );
+            }
+        }
     }
 }
