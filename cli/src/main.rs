@@ -73,6 +73,10 @@ fn main() -> ExitCode {
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
         // Handled before parsing; here only when clap saw it (e.g. `ferroce interop`).
+        Command::Compliance { args } => {
+            let code = compliance::main(&args);
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
         Command::Interop { args } => {
             let code = ferroce_interop::main_interop(&args);
             return ExitCode::from(code.clamp(0, 255) as u8);

@@ -2,7 +2,7 @@
 //! its own (addresses from 198.19.0.0/16, a block per process):
 //! - ferroce's DPDK engine (`workload.role = "compliance"`, net_af_packet on a veth) with the
 //!   suite's kernel UDP socket in the other namespace: every case passes;
-//! - the transport's endpoint on a kernel UDP socket: every case passes, and with each of six
+//! - the transport's endpoint on a kernel UDP socket: every case passes, and with each of seven
 //!   wire misbehaviours switched on, the case that covers it fails naming its requirement.
 
 mod common;
@@ -196,6 +196,7 @@ fn compliance_suite_names_the_requirement_a_broken_peer_breaks() {
         (Broken::NoTsEcho, "duplicate", "ACK-4"),
         (Broken::NoSack, "sack", "ACK-1"),
         (Broken::WrongNackReason, "remote_access", "SEC-2"),
+        (Broken::NoSequenceNack, "window", "RECV-4"),
     ];
     let mut wrong = Vec::new();
     for (i, (b, case, req)) in table.iter().enumerate() {

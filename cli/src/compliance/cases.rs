@@ -23,7 +23,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "incarnation",
             what: "a restarted peer (new src_conn) gets a new connection; old and unknown ids get nothing",
-            reqs: &["OPEN-1", "CONN-1", "CONN-3", "CLOSE-4"],
+            reqs: &["OPEN-1", "CONN-1", "CONN-3", "CLOSE-4", "CLOSE-6"],
             run: case_incarnation,
         },
         Case {
@@ -206,7 +206,7 @@ fn case_close(env: &Env) -> Result<Verdict, Fail> {
     Ok(Verdict::Pass(vec![]))
 }
 
-// checks: [OPEN-1] [CONN-1] [CONN-3] [CLOSE-4]
+// checks: [OPEN-1] [CONN-1] [CONN-3] [CLOSE-4] [CLOSE-6]
 fn case_incarnation(env: &Env) -> Result<Verdict, Fail> {
     // The "old incarnation" closes; a restarted peer opens with a new src_conn.
     let mut old = Peer::open(env)?;
@@ -223,6 +223,13 @@ fn case_incarnation(env: &Env) -> Result<Verdict, Fail> {
     )?;
     // The new connection starts afresh: PSN 0 and MSN 0 are new on it.
     write_acked(&mut new, "OPEN-1")?;
+    // The old incarnation's connection answers nothing any more.
+    old.write(env.keys.write, profile::WRITE.addr, &[8; 4])?;
+    expect_nothing(
+        &mut old,
+        "CLOSE-6",
+        "a WRITE to the old incarnation's closed connection",
+    )?;
     // A packet naming an id the target never gave: dropped, unanswered.
     let mut ghost = Peer::new(env);
     ghost.them = new.them ^ 0x5a5a_0001;

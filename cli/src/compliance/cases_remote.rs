@@ -1,7 +1,7 @@
 //! Cases on what requests may do: every NACK reason the suite can provoke, remote-access
 //! refusals, READ and atomics executed once only.
 
-use super::cases_data::{nothing_more, send_write, want_ack, want_nack, write_msg};
+use super::cases_data::{nothing_more, send_past_rnr, send_write, want_ack, want_nack, write_msg};
 use super::peer::{describe_all, Rx, SPORT};
 use super::{check, Case, Env, Fail, Peer, Verdict};
 use ferroce_transport::wire::{flags, DataOp, MsgHeader, NackReason};
@@ -132,7 +132,16 @@ fn case_nack_reasons(env: &Env) -> Result<Verdict, Fail> {
     )?;
     let rnr_delay = r.nack().map(|n| n.rnr_delay).unwrap_or(0);
     // A receive already consumed: InvalidRequest, not RNR.
-    send(&p, 0, write_msg(0, 4), DataOp::Send { rsn: 0 }, &[1; 4])?;
+    let b = p.data_packet(
+        flags::LAST,
+        0,
+        0,
+        5,
+        write_msg(0, 4),
+        DataOp::Send { rsn: 0 },
+        &[1; 4],
+    );
+    send_past_rnr(&mut p, &b)?;
     want_ack(&mut p, "STREAM-4", "a SEND into receive 0", 1, &[])?;
     send(&p, 1, write_msg(1, 4), DataOp::Send { rsn: 0 }, &[1; 4])?;
     want_nack(
@@ -159,7 +168,7 @@ fn case_nack_reasons(env: &Env) -> Result<Verdict, Fail> {
         DataOp::Send { rsn: 0 },
         &vec![7; chunk as usize],
     );
-    q.send(&b, SPORT)?;
+    send_past_rnr(&mut q, &b)?;
     want_nack(
         &mut q,
         "PLACE-1",

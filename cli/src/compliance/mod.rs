@@ -142,13 +142,18 @@ pub fn run(env: &Env, names: &[String]) -> Result<Report, String> {
             return Err(format!("no case {n:?} (--list shows them)"));
         }
     }
+    // A target that answers no OPEN fails every case the same way: say so once, quickly.
+    let silent = Peer::open(env).err();
     let mut out = Vec::new();
     for c in cases
         .iter()
         .filter(|c| names.is_empty() || names.iter().any(|n| n == c.name))
     {
         let t0 = Instant::now();
-        let r = (c.run)(env);
+        let r = match &silent {
+            Some(f) => Err(f.clone()),
+            None => (c.run)(env),
+        };
         let (result, failure, notes) = match r {
             Ok(Verdict::Pass(n)) => ("pass", None, n),
             Ok(Verdict::NotApplicable(why)) => ("n/a", None, vec![why]),

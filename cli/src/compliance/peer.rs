@@ -575,6 +575,11 @@ impl<'a> Peer<'a> {
         }
     }
 
+    /// Put a datagram back, first in line (a helper looked at it for its caller).
+    pub fn unget(&mut self, r: Rx) {
+        self.pending.insert(0, r);
+    }
+
     /// Wait for the answer a request must get (`Env::answer` at most).
     pub fn expect(&mut self, f: impl Fn(&Rx) -> bool) -> Option<Rx> {
         let d = self.env.answer;
@@ -582,12 +587,22 @@ impl<'a> Peer<'a> {
     }
 
     /// Everything the target sent during the quiet window, except what a conforming target
-    /// may send on its own at any time (PROBEs and hint requests of its paths).
+    /// may send on its own at any time: PROBEs and hint requests of its paths, and resent
+    /// (RETX) copies of its own responses, e.g. tail-loss probes sent before the suite's ACK
+    /// reached it (its timers are µs; the suite answers in tens of µs at best).
     pub fn quiet(&mut self) -> Vec<Rx> {
+        self.quiet_all()
+            .into_iter()
+            .filter(|r| !r.is(Opcode::Probe))
+            .filter(|r| r.data().is_none_or(|d| d.0 & flags::RETX == 0))
+            .collect()
+    }
+
+    /// Everything the target sent during the quiet window.
+    pub fn quiet_all(&mut self) -> Vec<Rx> {
         let d = self.env.quiet;
         let _ = self.pump(d, false);
-        let v: Vec<Rx> = std::mem::take(&mut self.pending);
-        v.into_iter().filter(|r| !r.is(Opcode::Probe)).collect()
+        std::mem::take(&mut self.pending)
     }
 
     /// The ACK of `psn` (cumulative: `cum_psn` past it), waited for.

@@ -31,6 +31,17 @@ pub enum Broken {
     NoSack,
     /// NACK RemoteAccess is sent as InvalidRequest (SEC-2's refusal reason).
     WrongNackReason,
+    /// An out-of-window PSN is dropped silently, without its NACK Sequence (RECV-4).
+    NoSequenceNack,
+}
+
+/// What becomes of an outgoing datagram.
+enum Fate {
+    /// Sent from the port the endpoint chose.
+    Keep,
+    /// Sent from this port instead.
+    From(u16),
+    Drop,
 }
 
 fn reseal(b: &mut [u8]) {
@@ -39,23 +50,28 @@ fn reseal(b: &mut [u8]) {
     b[n..].copy_from_slice(&c.to_be_bytes());
 }
 
-/// Rewrite an outgoing datagram as the misbehaviour says; `Some(port)` to send it from.
-fn mangle(broken: Broken, b: &mut [u8], own_port: u16) -> Option<u16> {
-    let Ok(p) = Packet::parse(b) else { return None };
+/// Rewrite an outgoing datagram as the misbehaviour says.
+fn mangle(broken: Broken, b: &mut [u8], own_port: u16) -> Fate {
+    let Ok(p) = Packet::parse(b) else {
+        return Fate::Keep;
+    };
     match (broken, p.body) {
         (Broken::CloseAckReason, Body::CloseAck(_)) => {
             b[12..16].copy_from_slice(&7u32.to_be_bytes());
         }
-        (Broken::ProbeAckOwnPort, Body::ProbeAck(_)) => return Some(own_port),
+        (Broken::ProbeAckOwnPort, Body::ProbeAck(_)) => return Fate::From(own_port),
+        (Broken::NoSequenceNack, Body::Nack(n)) if n.reason == NackReason::Sequence => {
+            return Fate::Drop
+        }
         (Broken::NoTsEcho, Body::Ack(_)) => b[52..56].fill(0),
         (Broken::NoSack, Body::Ack(_)) => b[12..44].fill(0),
         (Broken::WrongNackReason, Body::Nack(n)) if n.reason == NackReason::RemoteAccess => {
             b[20] = NackReason::InvalidRequest as u8;
         }
-        _ => return None,
+        _ => return Fate::Keep,
     }
     reseal(b);
-    None
+    Fate::Keep
 }
 
 /// The peer, running on its own thread in the namespace it was started in; stopped on drop.
@@ -122,6 +138,9 @@ fn run(
     };
     cfg.conn.paths = 1;
     cfg.conn.mtu = 1024;
+    // RTOs well above the suite's answer time, as spec/compliance.md asks of a target.
+    cfg.conn.min_rto_ns = 10_000_000;
+    cfg.conn.initial_rto_ns = 10_000_000;
     let mut ep = Endpoint::new(cfg);
     let t0 = Instant::now();
     let now = || t0.elapsed().as_nanos() as u64 + 1;
@@ -161,7 +180,11 @@ fn run(
         }
         while let Some(t) = ep.poll_transmit(now(), &mut out, &mut mem) {
             let b = &mut out[..t.len];
-            let port = mangle(broken, b, own_port).unwrap_or(t.src_port);
+            let port = match mangle(broken, b, own_port) {
+                Fate::Keep => t.src_port,
+                Fate::From(p) => p,
+                Fate::Drop => continue,
+            };
             let s = match tx.entry(port) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
