@@ -960,6 +960,13 @@ mod tests {
         )
         .unwrap();
         assert!(c.validate().unwrap_err().0.contains("workload.ops[0]"));
+        let c = Config::from_toml(&(base() + "[workload]\nrole = \"compliance\"\n"), "x").unwrap();
+        assert!(
+            c.validate().is_ok(),
+            "a compliance target needs no peer nor ops"
+        );
+        let c = Config::from_toml(&(base() + "[workload]\nrole = \"judge\"\n"), "x").unwrap();
+        assert!(c.validate().unwrap_err().0.contains("\"compliance\""));
         let e = Config::load(None, &[], []).unwrap_err();
         assert!(e.0.contains("net.address"), "{e}");
     }
