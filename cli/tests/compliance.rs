@@ -74,6 +74,15 @@ fn assert_all_pass(v: &Value, out: &str, what: &str) {
         .map(|c| format!("{}: {}", c["name"], c["failure"]))
         .collect();
     assert!(bad.is_empty(), "{what}: failed\n{}\n{out}", bad.join("\n"));
+    for c in v["cases"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<14} {:<5} {:>7.1} ms  {}",
+            c["name"].as_str().unwrap_or(""),
+            c["result"].as_str().unwrap_or(""),
+            c["elapsed_ms"].as_f64().unwrap_or(0.0),
+            c["notes"]
+        );
+    }
     println!(
         "{what}: {} passed, {} n/a of {}",
         v["passed"],

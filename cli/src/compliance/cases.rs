@@ -139,8 +139,8 @@ fn case_open(env: &Env) -> Result<Verdict, Fail> {
         || format!("{:#x}", q.them),
     )?;
     Ok(Verdict::Pass(vec![format!(
-        "P = {}, paths {}, line rate {} Mbit/s",
-        o.mtu, o.paths, o.line_rate_mbps
+        "target mtu {} (agreed P {}), paths {}, line rate {} Mbit/s",
+        o.mtu, p.p, o.paths, o.line_rate_mbps
     )]))
 }
 

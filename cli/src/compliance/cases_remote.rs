@@ -358,7 +358,10 @@ fn case_read_once(env: &Env) -> Result<Verdict, Fail> {
         .iter()
         .filter(|r| {
             r.data().is_some_and(|d| {
-                matches!(d.3, DataOp::ReadResp) && d.4.len() as u32 == len && d.0 & flags::RETX == 0
+                matches!(d.3, DataOp::ReadResp)
+                    && d.4.len() as u32 == len
+                    && d.0 & flags::RETX == 0
+                    && !r.dup
             })
         })
         .collect();
@@ -398,7 +401,7 @@ fn case_atomic_once(env: &Env) -> Result<Verdict, Fail> {
     let got = p.quiet();
     let resp = got
         .iter()
-        .filter(|r| r.data().is_some_and(|d| d.0 & flags::RETX == 0))
+        .filter(|r| !r.dup && r.data().is_some_and(|d| d.0 & flags::RETX == 0))
         .count();
     check(
         "PLACE-4",
@@ -438,7 +441,7 @@ fn case_atomic_once(env: &Env) -> Result<Verdict, Fail> {
     let got = p.quiet();
     let resp = got
         .iter()
-        .filter(|r| r.data().is_some_and(|d| d.0 & flags::RETX == 0))
+        .filter(|r| !r.dup && r.data().is_some_and(|d| d.0 & flags::RETX == 0))
         .count();
     check(
         "PLACE-4",

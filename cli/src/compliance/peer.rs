@@ -74,6 +74,9 @@ impl Net {
 pub struct Rx {
     pub sport: u16,
     pub raw: Vec<u8>,
+    /// A reliable packet whose PSN the suite had already received when it arrived (a copy:
+    /// the network's or a resend's), not something the target produced anew.
+    pub dup: bool,
 }
 
 /// An acknowledgement of one path, from an ACK or one block of an ACK_MULTI (ACK-5: a sender
@@ -326,6 +329,7 @@ impl<'a> Peer<'a> {
             let r = Rx {
                 sport,
                 raw: bytes.to_vec(),
+                dup: false,
             };
             eprintln!(
                 "{:>10.3} ms -> {}",
@@ -509,10 +513,15 @@ impl<'a> Peer<'a> {
                 continue;
             }
             if let Some((n, sport)) = got {
-                let r = Rx {
+                let mut r = Rx {
                     sport,
                     raw: buf[..n].to_vec(),
+                    dup: false,
                 };
+                if let Some((_, seq, ..)) = r.data() {
+                    let d = seq.psn.wrapping_sub(self.rx_cum) as i32;
+                    r.dup = d < 0 || self.rx_above.contains(&seq.psn);
+                }
                 // Only datagrams for this connection (by our id; an unparseable one cannot be
                 // attributed, and the suite sends nothing that should draw one).
                 let mine = r.pkt().map(|p| p.dst_conn == self.me).unwrap_or(false);
@@ -587,14 +596,14 @@ impl<'a> Peer<'a> {
     }
 
     /// Everything the target sent during the quiet window, except what a conforming target
-    /// may send on its own at any time: PROBEs and hint requests of its paths, and resent
-    /// (RETX) copies of its own responses, e.g. tail-loss probes sent before the suite's ACK
+    /// may send on its own at any time: PROBEs and hint requests of its paths, copies of
+    /// packets already received, and resent (RETX) copies of its own responses, e.g. tail-loss probes sent before the suite's ACK
     /// reached it (its timers are µs; the suite answers in tens of µs at best).
     pub fn quiet(&mut self) -> Vec<Rx> {
         self.quiet_all()
             .into_iter()
             .filter(|r| !r.is(Opcode::Probe))
-            .filter(|r| r.data().is_none_or(|d| d.0 & flags::RETX == 0))
+            .filter(|r| !r.dup && r.data().is_none_or(|d| d.0 & flags::RETX == 0))
             .collect()
     }
 
