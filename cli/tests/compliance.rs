@@ -99,9 +99,10 @@ fn compliance_suite_passes_against_the_dpdk_engine_over_veth() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let (k0, k1, engine) = (addr(1), addr(2), addr(12));
     let veth = VethPair::create("cp", [&k0, &k1], 24).expect("veth pair");
-    let dir = std::env::temp_dir().join(format!("ferroce-compliance-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("target.toml");
+    let dir =
+        TmpDir(std::env::temp_dir().join(format!("ferroce-compliance-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let cfg = dir.0.join("target.toml");
     std::fs::write(
         &cfg,
         format!(
@@ -145,6 +146,7 @@ timeout_s = 120
         .expect("spawn the engine");
     let mut engine_proc = Proc(Some(child));
     let stdout = engine_proc.0.as_mut().unwrap().stdout.take().unwrap();
+    let stderr = engine_proc.0.as_mut().unwrap().stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout)
@@ -154,21 +156,62 @@ timeout_s = 120
             let _ = tx.send(line);
         }
     });
+    // Drained, so the engine never blocks on a full pipe; kept for a failure's message.
+    let err_log = std::sync::Arc::new(Mutex::new(String::new()));
+    let el = err_log.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Ok(mut e) = el.lock() {
+                e.push_str(&line);
+                e.push('\n');
+            }
+        }
+    });
     let ready = ferroce_dataplane::compliance_target::READY;
     let keys = loop {
         match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(l) if l.starts_with(ready) => break l[ready.len()..].trim().to_string(),
             Ok(_) => continue,
-            Err(_) => panic!("the engine never printed {ready:?}"),
+            Err(_) => panic!(
+                "the engine never printed {ready:?}; its stderr:\n{}",
+                err_log.lock().map(|e| e.clone()).unwrap_or_default()
+            ),
         }
     };
     // FERROCE_COMPLIANCE_CASES="a b" runs only those (for debugging).
     let only = std::env::var("FERROCE_COMPLIANCE_CASES").unwrap_or_default();
     let only: Vec<&str> = only.split_whitespace().collect();
     let (v, out) = suite(&veth.ns[0], &engine, &k0, &keys, &only);
+    // SIGTERM first: the engine stops, prints its summary and lets DPDK clean up after
+    // itself; SIGKILL (the guard) only if it does not end in time.
+    let pid = engine_proc.0.as_ref().map(|c| c.id()).unwrap_or(0);
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let c = engine_proc.0.as_mut().unwrap();
+    let t0 = std::time::Instant::now();
+    while c.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     drop(engine_proc);
-    let _ = std::fs::remove_dir_all(&dir);
+    let engine_log = err_log.lock().map(|e| e.clone()).unwrap_or_default();
+    println!(
+        "engine pid {pid}: {}",
+        engine_log.lines().last().unwrap_or("")
+    );
     assert_all_pass(&v, &out, "DPDK engine");
+}
+
+/// A directory removed however the test ends.
+struct TmpDir(std::path::PathBuf);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A peer on a kernel socket in a fresh namespace; the suite's report against it.
