@@ -42,6 +42,12 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Test any native implementation against the spec over UDP: `ferroce compliance --target
+    /// IP[:PORT] --rkeys KEYS [--json]` (spec/compliance.md; `ferroce compliance --help`).
+    Compliance {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod compliance;
 mod format;
 mod loss_real;
 mod output;
@@ -45,6 +46,10 @@ fn main() -> ExitCode {
         let code = ferroce_dataplane::main_dataplane(&argv[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    if argv.len() >= 2 && argv[1] == "compliance" {
+        let code = compliance::main(&argv[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     if argv.len() >= 2 && argv[1] == "interop" {
         let code = ferroce_interop::main_interop(&argv[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
@@ -69,6 +74,10 @@ fn main() -> ExitCode {
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
         // Handled before parsing; here only when clap saw it (e.g. `ferroce interop`).
+        Command::Compliance { args } => {
+            let code = compliance::main(&args);
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
         Command::Interop { args } => {
             let code = ferroce_interop::main_interop(&args);
             return ExitCode::from(code.clamp(0, 255) as u8);

@@ -88,7 +88,8 @@ interval_ms = 200
 snaplen = 256
 
 [workload]
-role = "none"                # "server" or "client" (then peer = "198.18.1.12")
+role = "none"                # "server" or "client" (then peer = "198.18.1.12"), or
+                             # "compliance" (a target for `ferroce compliance`)
 streams = 2
 messages = 200
 sizes = [1, 64, 1000, 1408, 4097, 20000]

@@ -219,7 +219,8 @@ impl Default for CaptureSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkloadSection {
-    /// "none", "server" or "client".
+    /// "none", "server", "client" or "compliance" (the target of `ferroce compliance`,
+    /// spec/compliance.md: answers any peer until `timeout_s`).
     pub role: String,
     /// The server's address (client).
     pub peer: Option<String>,
@@ -533,7 +534,7 @@ impl Config {
         self.fault.rx.validate("fault.rx").map_err(ConfigError)?;
         crate::fault::validate_schedule(&self.fault.schedule).map_err(ConfigError)?;
         match self.workload.role.as_str() {
-            "none" => {}
+            "none" | "compliance" => {}
             "server" => {
                 self.workload_spec()?;
             }
@@ -552,7 +553,7 @@ impl Config {
             r => {
                 return Err(field(
                     "workload.role",
-                    format!("{r:?} is not one of \"none\", \"server\", \"client\""),
+                    format!("{r:?} is not one of \"none\", \"server\", \"client\", \"compliance\""),
                 ))
             }
         }
@@ -850,6 +851,9 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
             let keys = app::server_keys(&spec);
             Some(app::run_client(&h, &spec, peer, keys, timeout))
         }
+        "compliance" => Some(crate::compliance_target::run(&h, timeout, || {
+            SIGNALLED.load(std::sync::atomic::Ordering::SeqCst)
+        })),
         _ => {
             let t0 = Instant::now();
             let limit = cfg.engine.duration_s.map(Duration::from_secs_f64);
@@ -956,6 +960,13 @@ mod tests {
         )
         .unwrap();
         assert!(c.validate().unwrap_err().0.contains("workload.ops[0]"));
+        let c = Config::from_toml(&(base() + "[workload]\nrole = \"compliance\"\n"), "x").unwrap();
+        assert!(
+            c.validate().is_ok(),
+            "a compliance target needs no peer nor ops"
+        );
+        let c = Config::from_toml(&(base() + "[workload]\nrole = \"judge\"\n"), "x").unwrap();
+        assert!(c.validate().unwrap_err().0.contains("\"compliance\""));
         let e = Config::load(None, &[], []).unwrap_err();
         assert!(e.0.contains("net.address"), "{e}");
     }

@@ -9,6 +9,7 @@
 //! - [`config`]: the TOML configuration (with flag and environment overrides) and
 //!   [`config::run_engine`], what `ferroce dataplane` runs.
 //! - [`summary`]: the readable summary `ferroce dataplane run` prints (`--json`: the report).
+//! - [`compliance_target`]: `workload.role = "compliance"`, the target of `ferroce compliance`.
 //! - [`app`]: a self-verifying workload (the harness's) over an engine's queues.
 //! - [`bench`]: `ferroce bench dataplane` (raw PMD rate vs the transport's, CPU time, ACKs
 //!   and allocations per packet); [`cpu`]: the thread CPU clock and allocation counter it uses.
@@ -17,6 +18,7 @@
 pub mod app;
 pub mod bench;
 pub mod cli;
+pub mod compliance_target;
 pub mod config;
 pub mod counters;
 pub mod cpu;

@@ -1,6 +1,8 @@
 //! A deterministic, self-verifying RDMA workload: which operation each work request is, what
 //! bytes it carries, and what every completion must show.
 
+pub mod compliance;
+
 use ferroce_transport::mem::access;
 
 /// Operations the workload mixes.
