@@ -24,6 +24,10 @@ pub struct EndpointConfig {
     pub share_interval_ns: u64,
     /// Fraction of the inbound capacity handed out as hints (headroom keeps queues short).
     pub share_target: f64,
+    /// Hand out the whole line rate while only one connection sends to this endpoint and no
+    /// CE mark arrived within `active_timeout` (spec/congestion.md §3): the headroom of
+    /// `share_target` is for queues that a lone, unmarked sender does not build.
+    pub full_rate_alone: bool,
     /// A sender silent this long leaves the fair-share set (ns).
     pub active_timeout_ns: u64,
     /// Whether ACKs carry the receiver's fair-share hint.
@@ -44,6 +48,7 @@ impl Default for EndpointConfig {
             conn: ConnConfig::default(),
             share_interval_ns: 10_000,
             share_target: 0.97,
+            full_rate_alone: true,
             active_timeout_ns: 80_000,
             rate_hints: true,
             nic_ports: 1,
