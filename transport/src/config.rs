@@ -1,5 +1,7 @@
 //! Every tunable of the core, with the spec's defaults (spec/transport.md, spec/congestion.md).
 
+use crate::cc::Algorithm;
+
 /// Endpoint-wide settings.
 #[derive(Clone, Debug)]
 pub struct EndpointConfig {
@@ -120,10 +122,18 @@ pub struct ConnConfig {
     /// engine that reads its clock once per poll needs some, or a poll longer than one gap
     /// caps it at one packet per poll.
     pub pace_catch_up: u32,
-    /// DCTCP gain g for the per-path marked-fraction average.
+    /// Per-path congestion controller (spec/congestion.md §1): ECN AIMD or delay-based.
+    pub cc: Algorithm,
+    /// DCTCP gain g for the per-path marked-fraction average (AIMD).
     pub dctcp_g: f64,
-    /// Floor of the multiplicative decrease factor.
+    /// Floor of the multiplicative decrease factor (AIMD).
     pub md_floor: f64,
+    /// Delay controller: target queueing delay, RTT above the path's smallest (ns).
+    pub delay_target_ns: u64,
+    /// Delay controller: decrease gain (cut = beta × (rtt − target rtt) / rtt).
+    pub delay_beta: f64,
+    /// Delay controller: largest fraction one decrease takes off the window.
+    pub delay_max_mdf: f64,
 }
 
 impl Default for ConnConfig {
@@ -152,8 +162,12 @@ impl Default for ConnConfig {
             hint_hold_ns: 6_000,
             pilot_spread_ns: 12_000,
             pace_catch_up: 0,
+            cc: Algorithm::Aimd,
             dctcp_g: 1.0 / 16.0,
             md_floor: 0.5,
+            delay_target_ns: 10_000,
+            delay_beta: 0.8,
+            delay_max_mdf: 0.5,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! One path of a connection: its own entropy, PSN space, window, RTT and state, on the sending
 //! side; and its cumulative PSN plus 256-bit receive window on the receiving side.
 
-use crate::cc::{AckSample, Controller, Dctcp};
+use crate::cc::{new_controller, AckSample, Controller};
 use crate::config::ConnConfig;
 use crate::counters::PathCounters;
 use crate::wire::{psn_diff, psn_lt, Sack256};
@@ -77,6 +77,8 @@ pub struct TxPath {
     pub srtt_ns: Option<f64>,
     pub rttvar_ns: f64,
     pub min_rtt_ns: u64,
+    /// The connection's smallest RTT sample (u64::MAX before one), set before each ACK.
+    pub(crate) conn_min_rtt_ns: u64,
     pub rto_ns: u64,
     /// Consecutive RTO expiries without progress.
     pub rto_count: u32,
@@ -136,17 +138,12 @@ impl TxPath {
             newest_at: None,
             inflight_bytes: 0,
             cwnd: init_cwnd,
-            cc: Box::new(Dctcp::new(
-                init_cwnd,
-                max_cwnd,
-                cfg.mtu as f64,
-                cfg.dctcp_g,
-                cfg.md_floor,
-            )),
+            cc: new_controller(cfg, init_cwnd, max_cwnd),
             mtu: cfg.mtu as f64,
             srtt_ns: None,
             rttvar_ns: 0.0,
             min_rtt_ns: u64::MAX,
+            conn_min_rtt_ns: u64::MAX,
             rto_ns: cfg.initial_rto_ns,
             rto_count: 0,
             last_ce: 0,
@@ -501,6 +498,7 @@ impl TxPath {
             cum_psn: cum,
             next_psn: self.next_psn,
             rtt_ns: rtt,
+            min_rtt_ns: Some(self.min_rtt_ns.min(self.conn_min_rtt_ns)).filter(|&m| m != u64::MAX),
         };
         if self.cc.on_ack(&s) {
             self.counters.cwnd_decreases += 1;
