@@ -16,6 +16,7 @@ use ferroce_benches::multipath::{self, MultipathConfig};
 use ferroce_benches::permutation::{self, PermutationConfig};
 use ferroce_benches::progress::Lines;
 use ferroce_benches::Opts;
+use ferroce_transport::CcAlgorithm;
 
 #[global_allocator]
 static ALLOC: ferroce_benches::alloc::Counting = ferroce_benches::alloc::Counting;
@@ -23,6 +24,7 @@ static ALLOC: ferroce_benches::alloc::Counting = ferroce_benches::alloc::Countin
 const QUICK: Opts = Opts {
     quick: true,
     seed: 1,
+    cc: CcAlgorithm::Aimd,
 };
 
 fn header_has(csv: &str, cols: &[&str]) {
