@@ -130,9 +130,15 @@ impl Connection {
         if let Some(r) = rtt_sample {
             self.min_rtt_all = self.min_rtt_all.min(r.max(1));
         }
-        self.paths[p].conn_min_rtt_ns = self.min_rtt_all;
         self.paths[p].on_ack(
-            now, a.cum_psn, &a.sack, a.ecn_ce, rtt_sample, &self.cfg, &mut out,
+            now,
+            a.cum_psn,
+            &a.sack,
+            a.ecn_ce,
+            rtt_sample,
+            self.min_rtt_all,
+            &self.cfg,
+            &mut out,
         );
         self.min_rtt_all = self.min_rtt_all.min(self.paths[p].min_rtt_ns);
         self.win_cache.set(None);
