@@ -44,8 +44,9 @@ pub struct Endpoint {
     due: Vec<u32>,
     /// Last demands (Mbit/s, infinity for backlogged) seen by the fair-share computation.
     last_level_mbps: f64,
-    /// When the latest CE-marked datagram arrived: a queue somewhere on the way in.
-    last_ce_at: Option<u64>,
+    /// When the receiver last saw a reason for the headroom of `share_target`: a CE-marked
+    /// datagram (a queue on the way in), a join, a computation with two or more senders.
+    contested_at: Option<u64>,
     next_share_at: u64,
     pub counters: EndpointCounters,
     completions: VecDeque<Completion>,
@@ -69,7 +70,7 @@ impl Endpoint {
             demands: Vec::new(),
             due: Vec::new(),
             last_level_mbps: 0.0,
-            last_ce_at: None,
+            contested_at: None,
             next_share_at: 0,
             counters: EndpointCounters::default(),
             completions: VecDeque::new(),
@@ -293,7 +294,7 @@ impl Endpoint {
             }
         };
         if ce {
-            self.last_ce_at = Some(now);
+            self.contested_at = Some(now);
         }
         if now >= self.next_share_at {
             self.update_shares(now);

@@ -5,15 +5,17 @@ use super::Endpoint;
 
 impl Endpoint {
     /// Capacity the hints divide (Mbit/s): the whole line rate while at most one connection
-    /// sends to us and no CE mark arrived within `active_timeout` (nobody to share with and
-    /// no queue to keep short: the headroom would only tax a lone sender), else
-    /// `share_target` of it (spec/congestion.md §3, CC-11).
+    /// sends to us and, for `active_timeout`, no connection joined, no computation counted
+    /// two or more and no CE mark arrived (nobody to share with and no queue to keep short:
+    /// the headroom would only tax a lone sender), else `share_target` of it
+    /// (spec/congestion.md §3, CC-13). A join counts because others may follow it: senders
+    /// that start together join one by one.
     pub(super) fn share_capacity(&self, now: u64) -> f64 {
         let line = self.cfg.line_rate_mbps as f64;
-        let marked = self
-            .last_ce_at
-            .is_some_and(|t| now.saturating_sub(t) <= self.cfg.active_timeout_ns);
-        if self.rx_active.len() <= 1 && !marked && self.cfg.full_rate_alone {
+        let contested = self
+            .contested_at
+            .is_none_or(|t| now.saturating_sub(t) <= self.cfg.active_timeout_ns);
+        if self.rx_active.len() <= 1 && !contested && self.cfg.full_rate_alone {
             line
         } else {
             line * self.cfg.share_target
@@ -26,6 +28,7 @@ impl Endpoint {
         if !self.cfg.rate_hints {
             return;
         }
+        self.contested_at = Some(now);
         let cap = self.share_capacity(now);
         let n = self.rx_active.len().max(1) as f64;
         let level = if self.last_level_mbps > 0.0 {
@@ -66,7 +69,6 @@ impl Endpoint {
             return;
         }
         let timeout = self.cfg.active_timeout_ns;
-        let cap = self.share_capacity(now);
         let mut active = std::mem::replace(
             &mut self.rx_active,
             std::mem::take(&mut self.rx_active_spare),
@@ -89,6 +91,10 @@ impl Endpoint {
             c.rx_bytes_window = 0;
             self.rx_active.push(id);
         }
+        if demands.len() > 1 {
+            self.contested_at = Some(now);
+        }
+        let cap = self.share_capacity(now);
         self.rx_active_spare = active;
         if demands.is_empty() {
             self.demands = demands;
