@@ -176,6 +176,7 @@ fn build(cfg: &IncastConfig, hints: bool) -> Sim<NodeHost> {
     };
     let mut ep = ep;
     ep.conn.mtu = MTU;
+    ep.conn.cc = cfg.opts.cc;
     fabric::fat_tree(&topo, |id, ip| native_host(id, ip, &ep, seed))
 }
 

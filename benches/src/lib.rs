@@ -35,7 +35,7 @@ pub mod sansio;
 
 use ferroce_harness::NodeHost;
 use ferroce_sim::HostId;
-use ferroce_transport::{Endpoint, EndpointConfig, Transport};
+use ferroce_transport::{CcAlgorithm, Endpoint, EndpointConfig, Transport};
 
 /// Options every benchmark takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -44,6 +44,13 @@ pub struct Opts {
     pub quick: bool,
     /// Seed of every random choice: faults, host choice, permutation, connection ids, entropy.
     pub seed: u64,
+    /// Congestion controller of every native endpoint (`ConnConfig::cc`).
+    #[serde(serialize_with = "cc_name")]
+    pub cc: CcAlgorithm,
+}
+
+fn cc_name<S: serde::Serializer>(cc: &CcAlgorithm, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(cc.name())
 }
 
 impl Default for Opts {
@@ -51,6 +58,7 @@ impl Default for Opts {
         Opts {
             quick: false,
             seed: 1,
+            cc: CcAlgorithm::Aimd,
         }
     }
 }

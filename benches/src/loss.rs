@@ -208,6 +208,14 @@ impl LossReport {
         })
     }
 
+    /// Lossless goodput of native with 8 paths over the best RoCEv2 one in the same run
+    /// (issue 17: a lone flow on a clean fabric pays nothing for ferroce's congestion control).
+    pub fn native_over_roce_lossless(&self) -> Option<f64> {
+        let n = self.row(Mode::Native { paths: 8 }, 0.0)?;
+        let r = self.best_roce(0.0)?;
+        Some(n.goodput_gbps / r.goodput_gbps)
+    }
+
     /// Best RoCEv2 row at random loss `p`.
     pub fn best_roce(&self, p: f64) -> Option<&LossRow> {
         AckTimeout::ALL
@@ -230,10 +238,12 @@ struct Outcome {
     events: u64,
 }
 
-fn engine_for(mode: Mode, id: HostId, ip: [u8; 4], seed: u64) -> ferroce_harness::NodeHost {
+fn engine_for(mode: Mode, id: HostId, ip: [u8; 4], opts: Opts) -> ferroce_harness::NodeHost {
+    let seed = opts.seed;
     match mode {
         Mode::Native { paths } => {
             let mut cfg = EndpointConfig::default();
+            cfg.conn.cc = opts.cc;
             cfg.conn.paths = paths;
             cfg.conn.mtu = MTU;
             native_host(id, ip, &cfg, seed)
@@ -252,7 +262,7 @@ const START_AT: u64 = 50_000;
 fn run_one(cfg: &LossConfig, mode: Mode, model: LossModel) -> Outcome {
     let seed = cfg.opts.seed;
     let topo = fabric::reference_config(seed);
-    let mut sim = fabric::fat_tree(&topo, |id, ip| engine_for(mode, id, ip, seed));
+    let mut sim = fabric::fat_tree(&topo, |id, ip| engine_for(mode, id, ip, cfg.opts));
     let (c, s) = (HostId(0), HostId(fabric::FAT_TREE_HOSTS as u32 - 1));
     multi::set_uplink_faults(&mut sim, &[c, s], model.faults());
     let flows = [Flow {

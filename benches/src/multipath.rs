@@ -77,6 +77,7 @@ impl MultipathConfig {
         };
         ep.conn.paths = ep.conn.paths.max(planes.min(255) as u8);
         ep.conn.mtu = MTU;
+        ep.conn.cc = self.opts.cc;
         ep
     }
 }

@@ -102,6 +102,7 @@ fn run_one(cfg: &PermutationConfig, paths: u8) -> PermutationRow {
         ep.conn.paths = paths;
     }
     ep.conn.mtu = MTU;
+    ep.conn.cc = cfg.opts.cc;
     let paths_used = ep.conn.paths;
     let mut sim = fabric::fat_tree(&topo, |id, ip| native_host(id, ip, &ep, seed));
     let n = fabric::FAT_TREE_HOSTS;

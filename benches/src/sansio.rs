@@ -917,6 +917,7 @@ mod tests {
         let mut cfg = CoreConfig::new(Opts {
             quick: true,
             seed: 3,
+            ..Opts::default()
         });
         cfg.payloads = vec![1024];
         cfg.paths = vec![2];

@@ -87,6 +87,11 @@ pub struct BenchArgs {
     /// Seed of every random choice (faults, host choice, permutation, connection ids, entropy).
     #[arg(long, default_value_t = 1, global = true)]
     pub seed: u64,
+    /// Congestion controllers to run, each in turn (comma-separated: aimd, delay); with more
+    /// than one, a table shows their figures side by side [default: aimd].
+    #[arg(long, value_delimiter = ',', value_name = "CC,...", global = true,
+          value_parser = ferroce_transport::CcAlgorithm::parse)]
+    pub cc: Vec<ferroce_transport::CcAlgorithm>,
     /// Directory for the CSV files and SVG plots.
     #[arg(long, value_name = "DIR", default_value = "out", global = true)]
     pub out: PathBuf,
@@ -186,6 +191,9 @@ pub struct SimArgs {
     /// Paths per connection the endpoints ask for (1-255).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..))]
     pub paths: u8,
+    /// Per-path congestion controller of both endpoints: aimd (ECN, the default) or delay.
+    #[arg(long, default_value = "aimd", value_parser = ferroce_transport::CcAlgorithm::parse)]
+    pub cc: ferroce_transport::CcAlgorithm,
     /// Largest payload per packet, bytes.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u16).range(256..=9000))]
     pub mtu: u16,
@@ -372,6 +380,7 @@ impl SimArgs {
         };
         run.endpoint.conn.paths = self.paths;
         run.endpoint.conn.mtu = self.mtu;
+        run.endpoint.conn.cc = self.cc;
         run
     }
 }
@@ -526,6 +535,30 @@ mod tests {
         assert_eq!(run.workload.sizes, vec![777]);
         assert_eq!(s.pcap.as_deref(), Some(std::path::Path::new("/tmp/x.pcap")));
         assert!(s.json && s.verbose);
+    }
+
+    #[test]
+    fn cc_is_chosen_on_the_command_line_and_a_bad_name_is_an_error() {
+        let Command::Sim(s) = parse(&["sim", "--cc", "delay"]).unwrap().cmd else {
+            panic!("not sim")
+        };
+        assert_eq!(
+            s.run().endpoint.conn.cc,
+            ferroce_transport::CcAlgorithm::Delay
+        );
+        let Command::Sim(s) = parse(&["sim"]).unwrap().cmd else {
+            panic!("not sim")
+        };
+        assert_eq!(
+            s.run().endpoint.conn.cc,
+            ferroce_transport::CcAlgorithm::Aimd
+        );
+        assert!(parse(&["sim", "--cc", "cubic"]).is_err());
+        let Command::Bench(b) = parse(&["bench", "loss", "--cc", "aimd,delay"]).unwrap().cmd else {
+            panic!("not bench")
+        };
+        use ferroce_transport::CcAlgorithm::*;
+        assert_eq!(b.cc, vec![Aimd, Delay]);
     }
 
     #[test]

@@ -5,12 +5,13 @@ use crate::args::{BenchArgs, BenchWhich};
 use crate::format::{count, trim_float, Table};
 use ferroce_benches::checks::{self, Check};
 use ferroce_benches::incast::{self, IncastConfig, IncastReport};
-use ferroce_benches::loss::{self, LossConfig, LossModel, LossReport};
+use ferroce_benches::loss::{self, LossConfig, LossModel, LossReport, Mode};
 use ferroce_benches::multipath::{self, MultipathConfig, MultipathReport};
 use ferroce_benches::permutation::{self, PermutationConfig, PermutationReport};
 use ferroce_benches::progress::Progress;
 use ferroce_benches::sansio::{self, CoreConfig, CoreReport};
 use ferroce_benches::{profile, Opts};
+use ferroce_transport::CcAlgorithm;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -75,8 +76,9 @@ fn header(title: &str, setup: &[String], opts: Opts) -> String {
     }
     let _ = writeln!(
         out,
-        "  seed {}{} (deterministic: the same seed gives the same figures)",
+        "  seed {}, congestion controller {}{} (deterministic: the same seed gives the same figures)",
         opts.seed,
+        opts.cc,
         if opts.quick {
             ", --quick (less data per run)"
         } else {
@@ -589,82 +591,64 @@ fn profile_lines() -> String {
     )
 }
 
-/// Runs `ferroce bench ...`; Ok(false) when a run failed verification.
+/// Runs `ferroce bench ...`; Ok(false) when a run failed verification. With several
+/// controllers (`--cc aimd,delay`) every benchmark runs once per controller, its files get the
+/// controller's name as a suffix, and a table puts their key figures side by side.
 pub fn run(a: &BenchArgs) -> Result<bool, String> {
-    let opts = Opts {
-        quick: a.quick,
-        seed: a.seed,
+    let ccs = if a.cc.is_empty() {
+        vec![CcAlgorithm::Aimd]
+    } else {
+        let mut v = a.cc.clone();
+        v.dedup();
+        v
     };
-    let bar = Bar::new();
-    let t0 = Instant::now();
-    let mut all_checks: Vec<Check> = Vec::new();
-    let mut ok = true;
-    let out = &a.out;
     let which = a.which;
     if which == BenchWhich::Core {
-        return run_core(a, opts, &bar);
+        let opts = Opts {
+            quick: a.quick,
+            seed: a.seed,
+            cc: ccs[0],
+        };
+        return run_core(a, opts, &Bar::new());
     }
     if which == BenchWhich::Loss && a.real {
-        return crate::loss_real::run(a, opts, &bar);
+        let opts = Opts {
+            quick: a.quick,
+            seed: a.seed,
+            cc: ccs[0],
+        };
+        return crate::loss_real::run(a, opts, &Bar::new());
     }
-    let all = which == BenchWhich::All;
-    if all || which == BenchWhich::Loss {
-        let r = loss::run(&LossConfig::new(opts), &bar);
-        let csv = out.join("loss.csv");
-        let svg = out.join("loss.svg");
-        write_csv(&loss::csv(&r), &csv)?;
-        loss::plot(&r, &svg)?;
-        print!("{}", render_loss(&r, a.verbose));
-        let c = checks::loss(&r);
-        print!("\n{}", render_checks(&c));
-        print!("{}", files_line(&[&csv, &svg]));
-        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
-        ok &= r.rows.iter().all(|x| x.errors.is_empty());
-        all_checks.extend(c);
+    let t0 = Instant::now();
+    let mut ok = true;
+    let mut all_checks: Vec<Check> = Vec::new();
+    let mut summaries: Vec<(CcAlgorithm, Summary)> = Vec::new();
+    for &cc in &ccs {
+        let opts = Opts {
+            quick: a.quick,
+            seed: a.seed,
+            cc,
+        };
+        let suffix = if ccs.len() > 1 {
+            println!("=== congestion controller: {cc} ===\n");
+            format!("-{cc}")
+        } else {
+            String::new()
+        };
+        let (k, checks, sum) = run_benches(a, opts, &suffix)?;
+        ok &= k;
+        all_checks.extend(checks.into_iter().map(|mut c| {
+            if ccs.len() > 1 {
+                c.what = format!("[{cc}] {}", c.what);
+            }
+            c
+        }));
+        summaries.push((cc, sum));
     }
-    if all || which == BenchWhich::Incast {
-        let mut cfg = IncastConfig::new(opts);
-        if !a.senders.is_empty() {
-            cfg.senders = a.senders.iter().map(|&n| n as usize).collect();
-        }
-        let r = incast::run(&cfg, &bar);
-        let csv = out.join("incast.csv");
-        write_csv(&incast::csv(&r), &csv)?;
-        print!("{}", render_incast(&r));
-        let c = checks::incast(&r);
-        print!("\n{}", render_checks(&c));
-        print!("{}", files_line(&[&csv]));
-        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
-        ok &= r.rows.iter().all(|x| x.errors.is_empty() && x.completed);
-        all_checks.extend(c);
+    if ccs.len() > 1 {
+        print!("{}", render_side_by_side(&summaries));
     }
-    if all || which == BenchWhich::Permutation {
-        let r = permutation::run(&PermutationConfig::new(opts), &bar);
-        let csv = out.join("permutation.csv");
-        write_csv(&permutation::csv(&r), &csv)?;
-        print!("{}", render_permutation(&r));
-        let c = checks::permutation(&r);
-        print!("\n{}", render_checks(&c));
-        print!("{}", files_line(&[&csv]));
-        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
-        ok &= r.rows.iter().all(|x| x.errors.is_empty() && x.completed);
-        all_checks.extend(c);
-    }
-    if all || which == BenchWhich::Multipath {
-        let r = multipath::run(&MultipathConfig::new(opts), &bar);
-        let csv = out.join("multipath.csv");
-        let svg = out.join("multipath.svg");
-        write_csv(&multipath::csv(&r), &csv)?;
-        multipath::plot(&r, &svg)?;
-        print!("{}", render_multipath(&r));
-        let c = checks::multipath(&r);
-        print!("\n{}", render_checks(&c));
-        print!("{}", files_line(&[&csv, &svg]));
-        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
-        ok &= r.rows.iter().all(|x| x.errors.is_empty());
-        all_checks.extend(c);
-    }
-    if all {
+    if which == BenchWhich::All {
         println!("ferroce bench all: every threshold of issue 3");
         print!("{}", render_checks(&all_checks));
         let pass = all_checks.iter().filter(|c| c.pass == Some(true)).count();
@@ -675,4 +659,180 @@ pub fn run(a: &BenchArgs) -> Result<bool, String> {
         );
     }
     Ok(ok)
+}
+
+/// Key figures of one controller's runs, in the order they were measured: (figure, value).
+type Summary = Vec<(String, String)>;
+
+/// One column per controller, one row per figure (figures missing from a run show `-`).
+fn render_side_by_side(s: &[(CcAlgorithm, Summary)]) -> String {
+    let mut header = vec!["figure".to_string()];
+    header.extend(s.iter().map(|(cc, _)| cc.to_string()));
+    let mut t = Table::new(header);
+    let mut names: Vec<&String> = Vec::new();
+    for (_, sum) in s {
+        for (n, _) in sum {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    for n in names {
+        let mut row = vec![n.clone()];
+        for (_, sum) in s {
+            row.push(
+                sum.iter()
+                    .find(|(m, _)| m == n)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+        t.row(row);
+    }
+    format!("congestion controllers side by side\n{}\n", t.render())
+}
+
+fn run_benches(
+    a: &BenchArgs,
+    opts: Opts,
+    suffix: &str,
+) -> Result<(bool, Vec<Check>, Summary), String> {
+    let bar = Bar::new();
+    let mut all_checks: Vec<Check> = Vec::new();
+    let mut sum: Summary = Vec::new();
+    let mut ok = true;
+    let out = &a.out;
+    let which = a.which;
+    let all = which == BenchWhich::All;
+    if all || which == BenchWhich::Loss {
+        let r = loss::run(&LossConfig::new(opts), &bar);
+        let csv = out.join(format!("loss{suffix}.csv"));
+        let svg = out.join(format!("loss{suffix}.svg"));
+        write_csv(&loss::csv(&r), &csv)?;
+        loss::plot(&r, &svg)?;
+        print!("{}", render_loss(&r, a.verbose));
+        let c = checks::loss(&r);
+        print!("\n{}", render_checks(&c));
+        print!("{}", files_line(&[&csv, &svg]));
+        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
+        ok &= r.rows.iter().all(|x| x.errors.is_empty());
+        all_checks.extend(c);
+        sum.extend(summary_loss(&r));
+    }
+    if all || which == BenchWhich::Incast {
+        let mut cfg = IncastConfig::new(opts);
+        if !a.senders.is_empty() {
+            cfg.senders = a.senders.iter().map(|&n| n as usize).collect();
+        }
+        let r = incast::run(&cfg, &bar);
+        let csv = out.join(format!("incast{suffix}.csv"));
+        write_csv(&incast::csv(&r), &csv)?;
+        print!("{}", render_incast(&r));
+        let c = checks::incast(&r);
+        print!("\n{}", render_checks(&c));
+        print!("{}", files_line(&[&csv]));
+        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
+        ok &= r.rows.iter().all(|x| x.errors.is_empty() && x.completed);
+        all_checks.extend(c);
+        for x in r.rows.iter().filter(|x| x.hints) {
+            let n = x.senders;
+            sum.push((format!("incast {n}:1 settle RTTs"), opt(x.settle_rtts, 2)));
+            sum.push((
+                format!("incast {n}:1 max queue BDP"),
+                format!("{:.3}", x.max_queue_bdp),
+            ));
+            sum.push((format!("incast {n}:1 drops"), x.drops.to_string()));
+            sum.push((
+                format!("incast {n}:1 FCT max/min"),
+                format!("{:.4}", x.fct_max_min),
+            ));
+            sum.push((
+                format!("incast {n}:1 late joiner RTTs"),
+                opt(x.join_rtts, 2),
+            ));
+        }
+    }
+    if all || which == BenchWhich::Permutation {
+        let r = permutation::run(&PermutationConfig::new(opts), &bar);
+        let csv = out.join(format!("permutation{suffix}.csv"));
+        write_csv(&permutation::csv(&r), &csv)?;
+        print!("{}", render_permutation(&r));
+        let c = checks::permutation(&r);
+        print!("\n{}", render_checks(&c));
+        print!("{}", files_line(&[&csv]));
+        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
+        ok &= r.rows.iter().all(|x| x.errors.is_empty() && x.completed);
+        all_checks.extend(c);
+        for x in &r.rows {
+            let p = x.paths;
+            sum.push((
+                format!("permutation {p} paths: mean rate"),
+                format!("{:.4}", x.mean_rate),
+            ));
+            sum.push((
+                format!("permutation {p} paths: worst rate"),
+                format!("{:.4}", x.worst_rate),
+            ));
+            sum.push((format!("permutation {p} paths: drops"), x.drops.to_string()));
+        }
+    }
+    if all || which == BenchWhich::Multipath {
+        let r = multipath::run(&MultipathConfig::new(opts), &bar);
+        let csv = out.join(format!("multipath{suffix}.csv"));
+        let svg = out.join(format!("multipath{suffix}.svg"));
+        write_csv(&multipath::csv(&r), &csv)?;
+        multipath::plot(&r, &svg)?;
+        print!("{}", render_multipath(&r));
+        let c = checks::multipath(&r);
+        print!("\n{}", render_checks(&c));
+        print!("{}", files_line(&[&csv, &svg]));
+        println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
+        ok &= r.rows.iter().all(|x| x.errors.is_empty());
+        all_checks.extend(c);
+        for x in &r.rows {
+            let what = format!("multipath {} planes {}", x.planes, x.event);
+            sum.push((
+                format!("{what}: goodput Gb/s"),
+                format!("{:.2}", x.goodput_gbps),
+            ));
+            if x.event.starts_with("plane-") {
+                sum.push((format!("{what}: recover RTTs"), opt(x.recover_rtts, 2)));
+                sum.push((format!("{what}: lost msgs"), x.lost_msgs.to_string()));
+            }
+        }
+    }
+    Ok((ok, all_checks, sum))
+}
+
+/// Loss: goodput and ratio of every native path count at 0, 1 and 10 %, and native (8 paths)
+/// against the best RoCEv2 goodput at 0 %.
+fn summary_loss(r: &LossReport) -> Summary {
+    let mut sum = Summary::new();
+    let mut modes: Vec<Mode> = Vec::new();
+    for x in &r.rows {
+        if matches!(x.mode, Mode::Native { .. }) && !modes.contains(&x.mode) {
+            modes.push(x.mode);
+        }
+    }
+    for p in [0.0, 0.01, 0.10] {
+        for &m in &modes {
+            if let Some(x) = r.row(m, p) {
+                sum.push((
+                    format!(
+                        "loss {} paths {} %: goodput Gb/s (ratio)",
+                        m.paths(),
+                        p * 100.0
+                    ),
+                    format!("{:.2} ({:.4})", x.goodput_gbps, x.ratio_to_lossless),
+                ));
+            }
+        }
+    }
+    if let Some(v) = r.native_over_roce_lossless() {
+        sum.push((
+            "loss 0 %: native 8 paths / RoCEv2".into(),
+            format!("{v:.4}"),
+        ));
+    }
+    sum
 }

@@ -1,5 +1,7 @@
 //! Every tunable of the core, with the spec's defaults (spec/transport.md, spec/congestion.md).
 
+use crate::cc::Algorithm;
+
 /// Endpoint-wide settings.
 #[derive(Clone, Debug)]
 pub struct EndpointConfig {
@@ -24,6 +26,10 @@ pub struct EndpointConfig {
     pub share_interval_ns: u64,
     /// Fraction of the inbound capacity handed out as hints (headroom keeps queues short).
     pub share_target: f64,
+    /// Hand out the whole line rate while only one connection sends to this endpoint and no
+    /// CE mark arrived within `active_timeout` (spec/congestion.md §3): the headroom of
+    /// `share_target` is for queues that a lone, unmarked sender does not build.
+    pub full_rate_alone: bool,
     /// A sender silent this long leaves the fair-share set (ns).
     pub active_timeout_ns: u64,
     /// Whether ACKs carry the receiver's fair-share hint.
@@ -44,6 +50,7 @@ impl Default for EndpointConfig {
             conn: ConnConfig::default(),
             share_interval_ns: 10_000,
             share_target: 0.97,
+            full_rate_alone: true,
             active_timeout_ns: 80_000,
             rate_hints: true,
             nic_ports: 1,
@@ -115,10 +122,18 @@ pub struct ConnConfig {
     /// engine that reads its clock once per poll needs some, or a poll longer than one gap
     /// caps it at one packet per poll.
     pub pace_catch_up: u32,
-    /// DCTCP gain g for the per-path marked-fraction average.
+    /// Per-path congestion controller (spec/congestion.md §1): ECN AIMD or delay-based.
+    pub cc: Algorithm,
+    /// DCTCP gain g for the per-path marked-fraction average (AIMD).
     pub dctcp_g: f64,
-    /// Floor of the multiplicative decrease factor.
+    /// Floor of the multiplicative decrease factor (AIMD).
     pub md_floor: f64,
+    /// Delay controller: target queueing delay, RTT above the path's smallest (ns).
+    pub delay_target_ns: u64,
+    /// Delay controller: decrease gain (cut = beta × (rtt − target rtt) / rtt).
+    pub delay_beta: f64,
+    /// Delay controller: largest fraction one decrease takes off the window.
+    pub delay_max_mdf: f64,
 }
 
 impl Default for ConnConfig {
@@ -147,8 +162,12 @@ impl Default for ConnConfig {
             hint_hold_ns: 6_000,
             pilot_spread_ns: 12_000,
             pace_catch_up: 0,
+            cc: Algorithm::Aimd,
             dctcp_g: 1.0 / 16.0,
             md_floor: 0.5,
+            delay_target_ns: 10_000,
+            delay_beta: 0.8,
+            delay_max_mdf: 0.5,
         }
     }
 }

@@ -13,6 +13,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::net::Ipv4Addr;
 
+mod shares;
+
 /// All native connections of one host.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -42,6 +44,9 @@ pub struct Endpoint {
     due: Vec<u32>,
     /// Last demands (Mbit/s, infinity for backlogged) seen by the fair-share computation.
     last_level_mbps: f64,
+    /// When the receiver last saw a reason for the headroom of `share_target`: a CE-marked
+    /// datagram (a queue on the way in), a join, a computation with two or more senders.
+    contested_at: Option<u64>,
     next_share_at: u64,
     pub counters: EndpointCounters,
     completions: VecDeque<Completion>,
@@ -65,6 +70,7 @@ impl Endpoint {
             demands: Vec::new(),
             due: Vec::new(),
             last_level_mbps: 0.0,
+            contested_at: None,
             next_share_at: 0,
             counters: EndpointCounters::default(),
             completions: VecDeque::new(),
@@ -288,6 +294,9 @@ impl Endpoint {
                 return;
             }
         };
+        if ce {
+            self.contested_at = Some(now);
+        }
         if now >= self.next_share_at {
             self.update_shares(now);
         }
@@ -313,36 +322,9 @@ impl Endpoint {
         if conn.last_rx_at != before && !conn.in_rx_active {
             conn.in_rx_active = true;
             self.rx_active.push(id);
-            self.on_new_sender(id);
+            self.on_new_sender(now, id);
         }
         self.touch(id);
-    }
-
-    /// A connection started sending to us: give it (and everyone) the share that includes
-    /// it now, instead of a stale hint from its last busy period.
-    fn on_new_sender(&mut self, id: u32) {
-        if !self.cfg.rate_hints {
-            return;
-        }
-        let cap = self.cfg.line_rate_mbps as f64 * self.cfg.share_target;
-        let n = self.rx_active.len().max(1) as f64;
-        let level = if self.last_level_mbps > 0.0 {
-            self.last_level_mbps.min(cap / n)
-        } else {
-            cap / n
-        };
-        let hint = level.clamp(1.0, u32::MAX as f64) as u32;
-        self.last_level_mbps = level;
-        // Everyone's share just shrank: tell them in their next ACK, not an interval later.
-        for i in 0..self.rx_active.len() {
-            let cid = self.rx_active[i];
-            if let Some(c) = self.conns.get_mut(&cid) {
-                c.hint_for_peer_mbps = c.hint_for_peer_mbps.min(hint).max(1);
-            }
-        }
-        if let Some(c) = self.conns.get_mut(&id) {
-            c.hint_for_peer_mbps = hint;
-        }
     }
 
     fn on_open(&mut self, src: Ipv4Addr, o: &crate::wire::OpenRepr) {
@@ -383,75 +365,6 @@ impl Endpoint {
             conn: ConnId(id),
             peer: src,
         });
-    }
-
-    /// Receiver-driven fair share: max-min over the connections that sent recently;
-    /// demand-limited ones (no BACKLOG flag lately) count at their measured rate.
-    ///
-    /// A sender stays in the active set until it has been silent for `active_timeout`
-    /// (several intervals): at a fair share of a few Gbit/s a sender delivers one packet
-    /// every few tens of microseconds, so counting only those seen in the last interval
-    /// would miscount the senders and make the hint jump.
-    fn update_shares(&mut self, now: u64) {
-        let interval = self.cfg.share_interval_ns.max(1);
-        let elapsed = if self.next_share_at == 0 {
-            interval
-        } else {
-            now - (self.next_share_at - interval)
-        };
-        self.next_share_at = now + interval;
-        if !self.cfg.rate_hints {
-            return;
-        }
-        let timeout = self.cfg.active_timeout_ns;
-        let cap = self.cfg.line_rate_mbps as f64 * self.cfg.share_target;
-        let mut active = std::mem::replace(
-            &mut self.rx_active,
-            std::mem::take(&mut self.rx_active_spare),
-        );
-        // (demand in Mbit/s or infinity, conn id)
-        let mut demands = std::mem::take(&mut self.demands);
-        demands.clear();
-        for id in active.drain(..) {
-            let Some(c) = self.conns.get_mut(&id) else {
-                continue;
-            };
-            if now.saturating_sub(c.last_rx_at) > timeout {
-                c.in_rx_active = false;
-                c.rx_bytes_window = 0;
-                continue;
-            }
-            let rate = c.rx_bytes_window as f64 * 8000.0 / elapsed.max(1) as f64;
-            let backlogged = now.saturating_sub(c.backlog_at) <= timeout && c.backlog_at > 0;
-            demands.push((if backlogged { f64::INFINITY } else { rate }, id));
-            c.rx_bytes_window = 0;
-            self.rx_active.push(id);
-        }
-        self.rx_active_spare = active;
-        if demands.is_empty() {
-            self.demands = demands;
-            return;
-        }
-        demands.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut left = cap;
-        let mut n = demands.len();
-        let mut level = cap / n as f64;
-        for (d, _) in &demands {
-            level = left / n as f64;
-            if *d >= level {
-                break;
-            }
-            left -= d;
-            n -= 1;
-        }
-        self.last_level_mbps = level;
-        let hint = level.clamp(1.0, u32::MAX as f64) as u32;
-        for &(_, id) in &demands {
-            if let Some(c) = self.conns.get_mut(&id) {
-                c.hint_for_peer_mbps = hint;
-            }
-        }
-        self.demands = demands;
     }
 
     /// The next datagram to send, written into `buf` (at least MTU + 128 bytes).

@@ -22,6 +22,7 @@ pub mod roce;
 pub mod wire;
 
 pub use api::*;
+pub use cc::Algorithm as CcAlgorithm;
 pub use config::{ConnConfig, EndpointConfig};
 pub use conn::{path_entropy, ConnState, Connection};
 pub use counters::{ConnCounters, EndpointCounters, PathCounters};

@@ -1,7 +1,7 @@
 //! One path of a connection: its own entropy, PSN space, window, RTT and state, on the sending
 //! side; and its cumulative PSN plus 256-bit receive window on the receiving side.
 
-use crate::cc::{AckSample, Controller, Dctcp};
+use crate::cc::{new_controller, AckSample, Controller};
 use crate::config::ConnConfig;
 use crate::counters::PathCounters;
 use crate::wire::{psn_diff, psn_lt, Sack256};
@@ -136,13 +136,7 @@ impl TxPath {
             newest_at: None,
             inflight_bytes: 0,
             cwnd: init_cwnd,
-            cc: Box::new(Dctcp::new(
-                init_cwnd,
-                max_cwnd,
-                cfg.mtu as f64,
-                cfg.dctcp_g,
-                cfg.md_floor,
-            )),
+            cc: new_controller(cfg, init_cwnd, max_cwnd),
             mtu: cfg.mtu as f64,
             srtt_ns: None,
             rttvar_ns: 0.0,
@@ -299,7 +293,8 @@ impl TxPath {
     }
 
     /// Process one ACK for this path into `out` (cleared first; the caller keeps it, so an
-    /// ACK allocates nothing once its vectors have grown).
+    /// ACK allocates nothing once its vectors have grown). `conn_min_rtt`: the connection's
+    /// smallest RTT sample, this ACK's included (u64::MAX before one), the controller's base.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_ack(
         &mut self,
@@ -308,6 +303,7 @@ impl TxPath {
         sack: &Sack256,
         ecn_ce: u32,
         rtt_sample: Option<u64>,
+        conn_min_rtt: u64,
         cfg: &ConnConfig,
         out: &mut AckOutcome,
     ) {
@@ -378,7 +374,8 @@ impl TxPath {
             self.on_rtt(rtt, cfg);
         }
         let newly = self.counters.acked_pkts - acked_before;
-        self.on_ecn(cum, ecn_ce, out, newly, rtt_sample);
+        let base = self.min_rtt_ns.min(conn_min_rtt);
+        self.on_ecn(cum, ecn_ce, out, newly, rtt_sample, base);
         self.trim();
     }
 
@@ -485,7 +482,15 @@ impl TxPath {
     /// The ACK's congestion signals to the path's controller: newly acknowledged packets
     /// and bytes, and new CE marks (the echoed counter's increase; an older, reordered ACK
     /// carries a smaller count and is ignored rather than moving it back).
-    fn on_ecn(&mut self, cum: u32, ecn_ce: u32, out: &AckOutcome, newly: u64, rtt: Option<u64>) {
+    fn on_ecn(
+        &mut self,
+        cum: u32,
+        ecn_ce: u32,
+        out: &AckOutcome,
+        newly: u64,
+        rtt: Option<u64>,
+        base: u64,
+    ) {
         let d = ecn_ce.wrapping_sub(self.last_ce);
         let new_marks = if d < 1 << 30 {
             self.last_ce = ecn_ce;
@@ -501,6 +506,7 @@ impl TxPath {
             cum_psn: cum,
             next_psn: self.next_psn,
             rtt_ns: rtt,
+            min_rtt_ns: (base != u64::MAX).then_some(base),
         };
         if self.cc.on_ack(&s) {
             self.counters.cwnd_decreases += 1;
@@ -783,7 +789,7 @@ mod tests {
                             continue; // lost ACK
                         }
                         let mut out = AckOutcome::default();
-                        tx.on_ack(now, cum, &sack, 0, None, &cfg, &mut out);
+                        tx.on_ack(now, cum, &sack, 0, None, u64::MAX, &cfg, &mut out);
                         for c in out.acked {
                             assert!(
                                 received.contains(&c),

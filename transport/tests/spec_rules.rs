@@ -279,13 +279,21 @@ fn a_zero_length_read_completes_on_its_empty_response_not_on_the_requests_ack() 
     assert_eq!((done[0].status, done[0].byte_len), (Status::Success, 0));
 }
 
-/// The rate hint in B's first ACK to a new sender, with B's line rate `rate` Mbit/s.
-fn first_hint(rate: u32) -> u32 {
-    let mut p = Pair::with(|c| c.line_rate_mbps = rate);
+/// The rate hint in B's first ACK to a new sender, with B's line rate `rate` Mbit/s;
+/// `alone`: B's `full_rate_alone`; `marked`: the data packet arrives CE-marked.
+fn first_hint_of(rate: u32, alone: bool, marked: bool) -> u32 {
+    let mut p = Pair::with(|c| {
+        c.line_rate_mbps = rate;
+        c.full_rate_alone = alone;
+    });
     let rkey = p.mb.register(1, DST, 64, access::REMOTE_WRITE);
     let w = DataOp::Write { rkey, raddr: DST };
     let d = data_at(p.to_b, 0, 5, flags::LAST, msg(0, 0, 4), w, &[1; 4]);
-    let out = to_b_all(&mut p, &d);
+    p.b.handle_datagram(p.now, A, 40_000, marked, &d, &mut p.mb);
+    let mut out = Vec::new();
+    while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+        out.push(p.buf[..t.len].to_vec());
+    }
     out.iter()
         .find_map(|d| match Packet::parse(d) {
             Ok(Packet {
@@ -294,6 +302,11 @@ fn first_hint(rate: u32) -> u32 {
             _ => None,
         })
         .expect("an ACK")
+}
+
+/// As above, with the headroom of `share_target` always applied (CC-13 off).
+fn first_hint(rate: u32) -> u32 {
+    first_hint_of(rate, false, false)
 }
 
 // checks: [CC-4] [CC-5]
@@ -305,6 +318,65 @@ fn the_hint_is_the_share_rounded_down_and_never_below_one() {
     assert_eq!(first_hint(10), 9, "9.7 rounds down");
     // 0.97 Mbit/s would round to 0, which means "no hint": it is 1.
     assert_eq!(first_hint(1), 1);
+}
+
+// checks: [CC-13]
+#[test]
+fn a_lone_unmarked_sender_gets_the_whole_line_rate_and_a_mark_brings_the_headroom_back() {
+    // The immediate share of a joining sender keeps the headroom (others may follow).
+    assert_eq!(first_hint_of(100_000, true, false), 97_000);
+    let mut p = Pair::new();
+    let rkey = p.mb.register(1, DST, 64, access::REMOTE_WRITE);
+    let w = DataOp::Write { rkey, raddr: DST };
+    let hint_of = |out: &[Vec<u8>]| {
+        out.iter().find_map(|d| match Packet::parse(d) {
+            Ok(Packet {
+                body: Body::Ack(a), ..
+            }) => Some(a.rate_hint_mbps),
+            _ => None,
+        })
+    };
+    let mut psn = 0;
+    let mut send = |p: &mut Pair, ce: bool| {
+        let d = data_at(
+            p.to_b,
+            psn,
+            5,
+            flags::LAST | flags::ACK_REQ,
+            msg(psn, 0, 4),
+            w,
+            &[1; 4],
+        );
+        psn += 1;
+        p.b.handle_datagram(p.now, A, 40_000, ce, &d, &mut p.mb);
+        let mut out = Vec::new();
+        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+            out.push(p.buf[..t.len].to_vec());
+        }
+        hint_of(&out)
+    };
+    // Packets every 20 µs keep the sender active; it joined at 0 and is alone: the whole
+    // line rate once the join is more than active_timeout (80 µs) old.
+    assert_eq!(send(&mut p, false), Some(97_000));
+    for t in [20_000, 40_000, 60_000, 80_000] {
+        p.now = t;
+        assert_eq!(send(&mut p, false), Some(97_000), "joined {t} ns ago");
+    }
+    p.now = 100_000;
+    assert_eq!(send(&mut p, false), Some(100_000), "alone for 100 µs");
+    // A CE mark brings the headroom back at the next computation, for active_timeout.
+    p.now = 120_000;
+    assert_eq!(send(&mut p, true), Some(97_000), "marked");
+    for t in [140_000, 160_000, 180_000, 200_000] {
+        p.now = t;
+        assert_eq!(
+            send(&mut p, false),
+            Some(97_000),
+            "marked at 120 µs, now {t}"
+        );
+    }
+    p.now = 220_000;
+    assert_eq!(send(&mut p, false), Some(100_000), "the mark is 100 µs old");
 }
 
 // checks: [RES-1] [STREAM-2] [SEND-1]

@@ -125,8 +125,20 @@ impl Connection {
         }
         let mut out = std::mem::take(&mut self.ack_scratch);
         self.mark_path(p);
+        // The controller's base RTT is the connection's smallest, this sample included: its
+        // paths cross the same hops, and one path's few samples may all have queued.
+        if let Some(r) = rtt_sample {
+            self.min_rtt_all = self.min_rtt_all.min(r.max(1));
+        }
         self.paths[p].on_ack(
-            now, a.cum_psn, &a.sack, a.ecn_ce, rtt_sample, &self.cfg, &mut out,
+            now,
+            a.cum_psn,
+            &a.sack,
+            a.ecn_ce,
+            rtt_sample,
+            self.min_rtt_all,
+            &self.cfg,
+            &mut out,
         );
         self.min_rtt_all = self.min_rtt_all.min(self.paths[p].min_rtt_ns);
         self.win_cache.set(None);

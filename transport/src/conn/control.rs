@@ -171,7 +171,13 @@ impl Connection {
             // An answer goes back on the plane its probe came in on.
             Ctrl::ProbeAck(_, _, _, arrived) if self.tx_ready >> arrived & 1 == 1 => arrived,
             Ctrl::ProbeAck(..) => self.ctrl_port(path),
-            // Our own probes test our path's plane.
+            // A probe tests its path's route, plane included: on another port (the lowest
+            // offered one while the path's own is full, often a dead plane's, which drains
+            // into nothing) its answer, or its loss, would say nothing about that route.
+            Ctrl::Probe(_) => self
+                .paths
+                .get(path as usize)
+                .map_or_else(|| self.own_port(path), |p| p.plane),
             _ => self.own_port(path),
         };
         let pkt = Packet {

@@ -377,6 +377,9 @@ const PILOT_HOPS: u64 = 6;
 /// The first home probe of a path that left its plane goes `probe_interval` / 2^this after
 /// it left; each further one waits twice as long, up to `probe_interval`.
 const HOME_PROBE_STEPS: u8 = 5;
+/// While the connection has data to send or in flight, a home probe waits at most this many
+/// base RTTs (the back-off above is capped), so a repaired plane is back within a few RTTs.
+const HOME_PROBE_RTTS: u64 = 4;
 /// Unanswered cold-start hint requests before data goes out without a hint.
 const HINT_TRIES: u32 = 3;
 

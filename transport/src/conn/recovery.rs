@@ -307,19 +307,30 @@ impl Connection {
         {
             self.hint_req_at = None; // give up on the hint: data goes out without it
         }
+        // A connection with data to move probes home at least every HOME_PROBE_RTTS base
+        // RTTs, however long the outage: a repaired plane is taken up again within a few
+        // RTTs. An idle one backs off to `probe_interval` (it loses nothing by staying away).
+        let busy = self.has_unsent() || self.paths.iter().any(|p| p.has_in_flight());
+        let busy_cap = HOME_PROBE_RTTS * base;
         for i in 0..self.paths.len() {
             let p = &mut self.paths[i];
             let before = p.home_probe_at;
             // Away from home, probe the home plane soon, then less and less often: a plane
             // back after a short outage is taken up again within tens of microseconds, and a
-            // long outage costs one probe per path per `probe_interval`.
-            let interval = (self.cfg.probe_interval_ns
+            // long outage costs one probe per path per `probe_interval` while idle.
+            let mut interval = (self.cfg.probe_interval_ns
                 >> HOME_PROBE_STEPS.saturating_sub(p.home_probes))
             .max(1);
+            if busy {
+                interval = interval.min(busy_cap.max(1));
+            }
             if p.plane == p.home_plane {
                 p.home_probe_at = None;
                 p.home_probes = 0;
             } else if p.home_probe_at.is_none() {
+                p.home_probe_at = Some(now + interval);
+            } else if busy && p.home_probe_at.is_some_and(|t| t > now + interval) {
+                // Data again after an idle spell: the backed-off probe comes forward.
                 p.home_probe_at = Some(now + interval);
             } else if p.home_probe_at.is_some_and(|t| t <= now) {
                 p.home_probe_at = Some(now + interval);
