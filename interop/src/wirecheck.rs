@@ -121,7 +121,9 @@ pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
         };
         match PacketView::new_checked(payload) {
             Ok(p) => {
-                d.opcode = p.opcode() as u8;
+                // The byte on the wire, transport prefix included (UC's 0x20), as tshark
+                // reports it.
+                d.opcode = p.opcode().encode(p.is_uc());
                 d.dest_qpn = p.dest_qpn();
                 d.psn = p.psn();
                 let parsed = wire::Packet::parse(payload).ok();
@@ -294,8 +296,11 @@ pub fn check(path: &Path) -> Result<WireReport, String> {
         r.icrc_bad += usize::from(!d.icrc_ok);
         r.canonical_mismatch += usize::from(!d.icrc_canonical_ok);
         r.nonzero_ip_id += usize::from(d.ip_id != 0);
-        let name =
-            wire::Opcode::from_u8(d.opcode).map_or("?".to_string(), |o| o.name().to_string());
+        let name = match wire::Opcode::decode(d.opcode) {
+            Some((o, true)) => format!("UC {}", o.name()),
+            Some((o, false)) => o.name().to_string(),
+            None => "?".to_string(),
+        };
         *ops.entry(name).or_default() += 1;
     }
     r.opcodes = ops.into_iter().collect();
