@@ -251,16 +251,19 @@ fn rping_100_pings_rocev2() {
 #[test]
 fn ucmatose_through_the_address_map() {
     let ok = |t: &str| t.contains("data transfers complete") && t.contains("return status 0");
-    pair_test(
-        "u",
-        "ucmatose -c 4 -C 50",
-        "ucmatose -s 198.18.0.2 -c 4 -C 50",
-        "198.18.0.2=198.18.0.12",
-        |c, s| match (ok(c), ok(s)) {
-            (true, true) => Ok(()),
-            _ => Err("no \"data transfers complete\" / \"return status 0\"".into()),
-        },
-    );
+    for (device, tag) in [("ferroce0", "u"), ("ferroce0_rocev2", "u2")] {
+        pair_test_on(
+            device,
+            tag,
+            "ucmatose -c 4 -C 50",
+            "ucmatose -s 198.18.0.2 -c 4 -C 50",
+            "198.18.0.2=198.18.0.12",
+            |c, s| match (ok(c), ok(s)) {
+                (true, true) => Ok(()),
+                _ => Err("no \"data transfers complete\" / \"return status 0\"".into()),
+            },
+        );
+    }
 }
 
 #[test]
