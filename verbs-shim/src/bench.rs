@@ -439,7 +439,7 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
             .as_ref()
             .ok()
             .and_then(|r| r[3].parse::<f64>().ok())
-            .map(|mb| mb * 8.0 * 1.048_576 / 1000.0);
+            .map(mb_to_gbps);
         if let Err(e) = &bw {
             eprintln!("{e}");
         }
@@ -667,6 +667,11 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
     Ok(rows)
 }
 
+/// perftest's "BW average [MB/sec]" (its MB = 2^20 bytes) as Gbit/s.
+fn mb_to_gbps(mb: f64) -> f64 {
+    mb * 8.0 * 1.048_576 / 1000.0
+}
+
 /// `ib_write_bw` over the shim on one veth loop, run again and again (for `ferroce bench loss
 /// --real`, which sweeps the loss rate): the namespace, the veth pair and the directory of
 /// libraries are made once and removed when this is dropped.
@@ -736,9 +741,8 @@ impl WriteBw {
         );
         std::fs::remove_file(&sock).ok();
         let r = r?;
-        // BW average [MB/sec] (perftest's MB = 2^20 bytes) as Gbit/s.
         r[3].parse::<f64>()
-            .map(|mb| mb * 8.0 * 1.048_576 / 1000.0)
+            .map(mb_to_gbps)
             .map_err(|_| format!("ib_write_bw printed {r:?}"))
     }
 }
