@@ -375,6 +375,7 @@ impl Connection {
                 rx.rode = first_ride;
                 if !first_ride {
                     rx.first_unacked_at = None;
+                    self.rx_timer(i);
                 }
             }
         }
@@ -406,6 +407,7 @@ impl Connection {
             ts_echo: rx.ts_echo,
             ack_delay_ns: now.saturating_sub(rx.ts_arrival).min(u32::MAX as u64) as u32,
         };
+        self.rx_timer(p as usize);
         self.counters.acks_sent += 1;
         self.last_tx_port = self.ctrl_port(p);
         let pkt = Packet {

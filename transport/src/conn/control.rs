@@ -32,6 +32,7 @@ impl Connection {
             p.home_plane = p.plane;
         }
         self.rx_paths = (0..n).map(|_| RxPath::default()).collect();
+        self.rx_due = vec![u64::MAX; n as usize];
         self.ack_queued = vec![false; n as usize];
         self.pt_all = true;
         self.min_rtt_all = u64::MAX;

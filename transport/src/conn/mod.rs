@@ -269,6 +269,10 @@ pub struct Connection {
     seed: u64,
     paths: Vec<TxPath>,
     rx_paths: Vec<RxPath>,
+    /// The receive side's timer table: per receive path, the earlier of its delayed-ACK
+    /// deadline and its hint-answer time (`u64::MAX`: none), kept where those change
+    /// (`rx_timer`), so a deadline query reads one word per path, not each `RxPath`.
+    rx_due: Vec<u64>,
     streams: HashMap<u32, Stream>,
     active: VecDeque<u32>,
     /// Streams with responses still to be sent for the first time (round robin by packet).
@@ -430,6 +434,7 @@ impl Connection {
             seed,
             paths: Vec::new(),
             rx_paths: Vec::new(),
+            rx_due: Vec::new(),
             streams: HashMap::default(),
             active: VecDeque::new(),
             resp_active: VecDeque::new(),
@@ -559,6 +564,16 @@ impl Connection {
         }
     }
 
+    /// Receive path `i`'s delayed-ACK or hint-answer time changed: update its row.
+    pub(super) fn rx_timer(&mut self, i: usize) {
+        if let (Some(r), Some(d)) = (self.rx_paths.get(i), self.rx_due.get_mut(i)) {
+            let ack = r
+                .first_unacked_at
+                .map_or(u64::MAX, |f| f.saturating_add(self.cfg.ack_delay_ns));
+            *d = ack.min(r.hint_ack_at.unwrap_or(u64::MAX));
+        }
+    }
+
     /// Bring the timer table up to date (the endpoint calls this before `poll_timeout`).
     pub(crate) fn refresh_timers(&mut self) {
         let key = (self.base_rtt(), self.pilot_wait_until());
@@ -678,6 +693,7 @@ impl Connection {
                     rx.ts_arrival = now;
                     if rx.hint_ack_at.is_none() {
                         rx.hint_ack_at = Some(now + self.cfg.hint_hold_ns);
+                        self.rx_timer(i);
                     }
                 } else {
                     self.ctrl_queue

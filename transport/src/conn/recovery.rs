@@ -107,13 +107,19 @@ impl Connection {
             }
         }
         if clean {
-            for e in &self.ptimes {
-                if e.own != u64::MAX {
-                    min(Some(e.own));
-                }
-                if e.oldest < self.rack_time {
-                    min(Some(e.time_loss));
-                }
+            // Branch-free over the compact rows (u64::MAX: none), so it compiles to a few
+            // instructions per row; the pass runs once per batch of events.
+            let rack = self.rack_time;
+            let m = self.ptimes.iter().fold(u64::MAX, |m, e| {
+                let tl = if e.oldest < rack {
+                    e.time_loss
+                } else {
+                    u64::MAX
+                };
+                m.min(e.own).min(tl)
+            });
+            if m != u64::MAX {
+                min(Some(m));
             }
         } else {
             let pilot_wait = self.pilot_wait_until();
@@ -134,9 +140,18 @@ impl Connection {
                 ));
             }
         }
-        for r in &self.rx_paths {
-            min(r.first_unacked_at.map(|f| f + ack_delay));
-            min(r.hint_ack_at);
+        #[cfg(any(test, debug_assertions))]
+        for (r, &d) in self.rx_paths.iter().zip(&self.rx_due) {
+            let f = r.first_unacked_at.map_or(u64::MAX, |f| f + ack_delay);
+            assert_eq!(
+                d,
+                f.min(r.hint_ack_at.unwrap_or(u64::MAX)),
+                "rx timer row stale"
+            );
+        }
+        let rx = self.rx_due.iter().copied().min().unwrap_or(u64::MAX);
+        if rx != u64::MAX {
+            min(Some(rx));
         }
         for (at, _) in &self.rnr_wait {
             min(Some(*at));
@@ -344,8 +359,12 @@ impl Connection {
             }
         }
         for i in 0..self.rx_paths.len() {
+            if self.rx_due[i] > now {
+                continue;
+            }
             if self.rx_paths[i].hint_ack_at.is_some_and(|t| t <= now) {
                 self.rx_paths[i].hint_ack_at = None;
+                self.rx_timer(i);
                 self.rx_paths[i].ack_now = true;
                 self.queue_ack(i as u8);
             }

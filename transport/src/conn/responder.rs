@@ -66,7 +66,9 @@ impl Connection {
                     rx.ts_arrival = now;
                     if rx.first_unacked_at.is_none() {
                         rx.first_unacked_at = Some(now);
+                        self.rx_timer(p);
                     }
+                    let rx = &mut self.rx_paths[p];
                     // The LAST packet of a message is acknowledged at once: its WR completes on
                     // it. (Coalescing single-packet messages too was tried: over 16 paths of
                     // one link the held ACKs outlived the senders' loss delay, which allows

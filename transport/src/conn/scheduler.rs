@@ -78,6 +78,13 @@ impl Connection {
     pub(super) fn pick_path(&mut self, bytes: u32, avoid: u8) -> Option<usize> {
         let n = self.paths.len();
         let any_good = self.paths.iter().any(|p| p.state == PathState::Good);
+        // Every path is in trouble: keep the least recently failed one going (found once,
+        // not once per path).
+        let newest = if any_good {
+            0
+        } else {
+            self.paths.iter().map(|q| q.failed_at).min().unwrap_or(0)
+        };
         let mut best: Option<(usize, f64)> = None;
         let mut fallback: Option<(usize, f64)> = None;
         // Round robin from `rr`, without a division per path.
@@ -92,8 +99,6 @@ impl Connection {
             let usable = if any_good {
                 p.state == PathState::Good
             } else {
-                // Every path is in trouble: keep the least recently failed one going.
-                let newest = self.paths.iter().map(|q| q.failed_at).min().unwrap_or(0);
                 p.failed_at == newest
             };
             if !usable || !p.has_room(bytes) {
