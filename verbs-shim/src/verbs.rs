@@ -33,7 +33,7 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-fn fail<T>(e: c_int, what: &str) -> *mut T {
+pub(crate) fn fail<T>(e: c_int, what: &str) -> *mut T {
     if !what.is_empty() {
         dbg_log!("{what}: {}", std::io::Error::from_raw_os_error(e));
     }
@@ -165,7 +165,7 @@ pub struct Ctx {
 
 /// # Safety
 /// `c` is null or a context this library created (its `ibv_context` is the tail of our `Ctx`).
-unsafe fn ctx_of<'a>(c: *mut ibv_context) -> Option<&'a Ctx> {
+pub(crate) unsafe fn ctx_of<'a>(c: *mut ibv_context) -> Option<&'a Ctx> {
     if c.is_null() {
         return None;
     }
@@ -198,6 +198,10 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context
     v.query_device_ex = Some(vctx_query_device_ex);
     v.create_qp_ex = Some(vctx_create_qp_ex);
     v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
+    v.create_srq_ex = Some(crate::xrc::create_srq_ex);
+    v.get_srq_num = Some(crate::xrc::get_srq_num);
+    v.open_xrcd = Some(crate::xrc::open_xrcd);
+    v.close_xrcd = Some(crate::xrc::close_xrcd);
     let c = &mut v.context;
     c.device = d;
     c.cmd_fd = eventfd(0);
@@ -1811,6 +1815,50 @@ unsafe extern "C" fn op_post_srq_recv(
 pub struct Srq {
     pub srq: ibv_srq,
     pub st: Arc<crate::srq::SrqState>,
+    /// Its SRQ number (`ibv_get_srq_num`; what XRC senders name).
+    pub num: u32,
+    /// The XRC domain of an XRC SRQ (held: the domain is busy while the SRQ lives).
+    pub xrcd: Option<Arc<crate::xrc::XrcdState>>,
+}
+
+/// A new SRQ of `pd` (`attr`'s max_wr/max_sge written back), or the errno.
+///
+/// # Safety
+/// `pd` is a live PD this library returned.
+pub(crate) unsafe fn new_srq(
+    pd: *mut ibv_pd,
+    attr: &mut ibv_srq_attr,
+    srq_context: *mut c_void,
+) -> Result<Box<Srq>, c_int> {
+    if attr.max_wr == 0 || attr.max_wr > 1 << 14 || attr.max_sge > 16 {
+        return Err(libc::EINVAL);
+    }
+    attr.max_sge = attr.max_sge.max(1);
+    let st = Arc::new(crate::srq::SrqState {
+        q: Mutex::new(Default::default()),
+        max_wr: attr.max_wr,
+        max_sge: attr.max_sge,
+        limit: std::sync::atomic::AtomicU32::new(attr.srq_limit),
+        dead: AtomicBool::new(false),
+    });
+    // SAFETY: an all-zero ibv_srq is valid; mutex/cond initialised below.
+    let mut b = Box::new(Srq {
+        srq: unsafe { std::mem::zeroed() },
+        st,
+        num: crate::xrc::new_srq_num(),
+        xrcd: None,
+    });
+    // SAFETY: a live PD.
+    b.srq.context = unsafe { (*pd).context };
+    b.srq.srq_context = srq_context;
+    b.srq.pd = pd;
+    b.srq.handle = global().next_pd.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: initialise the embedded mutex and condition variable.
+    unsafe {
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!(b.srq.mutex) as *mut _, null_mut());
+        libc::pthread_cond_init(std::ptr::addr_of_mut!(b.srq.cond) as *mut _, null_mut());
+    }
+    Ok(b)
 }
 
 #[export_name = "ferroce_v_ibv_create_srq"]
@@ -1821,35 +1869,12 @@ pub unsafe extern "C" fn ibv_create_srq(
     if pd.is_null() || a.is_null() {
         return fail(libc::EINVAL, "ibv_create_srq");
     }
-    // SAFETY: the caller's init attributes (max_wr/max_sge are written back).
+    // SAFETY: the caller's init attributes (max_wr/max_sge are written back) and live PD.
     let a = unsafe { &mut *a };
-    if a.attr.max_wr == 0 || a.attr.max_wr > 1 << 14 || a.attr.max_sge > 16 {
-        return fail(libc::EINVAL, "ibv_create_srq: capabilities");
+    match unsafe { new_srq(pd, &mut a.attr, a.srq_context) } {
+        Ok(b) => Box::into_raw(b) as *mut ibv_srq,
+        Err(e) => fail(e, "ibv_create_srq: capabilities"),
     }
-    a.attr.max_sge = a.attr.max_sge.max(1);
-    let st = Arc::new(crate::srq::SrqState {
-        q: Mutex::new(Default::default()),
-        max_wr: a.attr.max_wr,
-        max_sge: a.attr.max_sge,
-        limit: std::sync::atomic::AtomicU32::new(a.attr.srq_limit),
-        dead: AtomicBool::new(false),
-    });
-    // SAFETY: an all-zero ibv_srq is valid; mutex/cond initialised below.
-    let mut b = Box::new(Srq {
-        srq: unsafe { std::mem::zeroed() },
-        st,
-    });
-    // SAFETY: a live PD.
-    b.srq.context = unsafe { (*pd).context };
-    b.srq.srq_context = a.srq_context;
-    b.srq.pd = pd;
-    b.srq.handle = global().next_pd.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: initialise the embedded mutex and condition variable.
-    unsafe {
-        libc::pthread_mutex_init(std::ptr::addr_of_mut!(b.srq.mutex) as *mut _, null_mut());
-        libc::pthread_cond_init(std::ptr::addr_of_mut!(b.srq.cond) as *mut _, null_mut());
-    }
-    Box::into_raw(b) as *mut ibv_srq
 }
 
 #[export_name = "ferroce_v_ibv_destroy_srq"]
@@ -1857,10 +1882,13 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     if srq.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: an SRQ from ibv_create_srq, freed once (QPs keep the shared part alive).
+    // SAFETY: an SRQ from ibv_create_srq(_ex), freed once (QPs keep the shared part alive).
     let b = unsafe { Box::from_raw(srq as *mut Srq) };
     b.st.dead.store(true, Ordering::SeqCst);
     lock(&b.st.q).clear();
+    if let Some(x) = &b.xrcd {
+        x.users.fetch_sub(1, Ordering::SeqCst);
+    }
     0
 }
 

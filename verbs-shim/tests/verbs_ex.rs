@@ -11,6 +11,7 @@
 //! Needs root and DPDK's af_packet PMD; skips otherwise.
 
 use ferroce_dataplane::netns::{is_root, VethPair};
+use std::path::Path;
 use std::process::Command;
 
 #[path = "verbs_abi.rs"]
@@ -63,6 +64,48 @@ fn extended_cq_and_qp_through_the_inline_verbs() {
         }
     }
     drop(pair);
+    std::fs::remove_dir_all(&libs).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// XRC domains and XRC SRQs through verbs.h's inline functions (`tests/c/xrc.c`): open /
+/// close semantics (O_CREAT, O_EXCL, sharing through a file's inode, EBUSY while SRQs use
+/// it), `ibv_create_srq_ex` with IBV_SRQT_XRC, `ibv_get_srq_num`; XRC QPs and
+/// `ibv_open_qp` still EOPNOTSUPP, IBV_DEVICE_XRC off; the RoCEv2 device refuses XRCDs.
+/// No traffic, so no namespace: the engine never starts.
+#[test]
+fn xrc_domains_and_srqs_through_the_inline_verbs() {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!("SKIPPED: needs libibverbs-dev");
+        return;
+    }
+    let libs = abi::lib_dir("xrc");
+    let bin = abi::build_c(&libs, "xrc");
+    let file = libs.join("xrc_domain");
+    let mut failures = Vec::new();
+    for dev in modes() {
+        let out = Command::new("timeout")
+            .args(["-k", "5", "30"])
+            .arg(&bin)
+            .args(["-d", dev, "-f"])
+            .arg(&file)
+            .env("LD_LIBRARY_PATH", &libs)
+            .output()
+            .expect("run xrc");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let checks = text.lines().filter(|l| l.ends_with(": ok")).count();
+        eprintln!("xrc over {dev}: {checks} checks ok");
+        if out.status.code() != Some(0) || !text.contains("RESULT ok") || text.contains(": FAIL") {
+            failures.push(format!(
+                "over {dev} (exit {:?}):\n{text}",
+                out.status.code()
+            ));
+        }
+    }
     std::fs::remove_dir_all(&libs).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
