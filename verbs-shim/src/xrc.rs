@@ -1,11 +1,17 @@
-//! XRC domains and XRC SRQs (`ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_create_srq_ex`,
-//! `ibv_get_srq_num`), reached through the `verbs_context` operations verbs.h's inline
-//! functions call.
+//! XRC: domains and XRC SRQs (`ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_create_srq_ex`,
+//! `ibv_get_srq_num`, reached through the `verbs_context` operations verbs.h's inline
+//! functions call) and XRC QPs (created in `verbs.rs`).
 //!
-//! XRC QPs (`IBV_QPT_XRC_SEND` / `IBV_QPT_XRC_RECV`, `ibv_open_qp`) are not implemented yet:
-//! their creation answers EOPNOTSUPP and the device does not advertise `IBV_DEVICE_XRC`.
-//! Only the native device (`ferroce0`) offers XRC domains; on the RoCEv2 device
-//! `ibv_open_xrcd` answers EOPNOTSUPP (IBTA's XRCETH is not spoken there).
+//! An XRC_SEND QP and the XRC_RECV QP it is connected to are a reliable stream like an RC
+//! pair's. Each SEND carries, first in its payload, the [`HDR`]-byte XRC header: the target
+//! SRQ's number from the work request (spec/transport.md §3.7). The initiator copies header
+//! and data into one shim-owned region at post time ([`message`]); the target keeps virtual
+//! SRQ receives on its stream, bound to no SRQ until the header names one of its domain
+//! (`srq.rs`), and reports the completion on that SRQ's CQ. WRITE, READ and atomics on XRC
+//! QPs are EOPNOTSUPP at post; `ibv_open_qp` is not offered (EOPNOTSUPP).
+//!
+//! Only the native device (`ferroce0`) offers XRC (`IBV_DEVICE_XRC`); on the RoCEv2 device
+//! XRC domains and QPs answer EOPNOTSUPP (IBTA's XRCETH is not spoken there).
 //!
 //! Sharing a domain through a file (`fd` ≠ -1), as verbs defines it: every `ibv_open_xrcd`
 //! of one device naming the same inode gets the same domain, `O_CREAT` creates it when there
@@ -14,9 +20,11 @@
 //! process runs its own engine, so another process opening the same file gets a domain of
 //! its own (its SRQ numbers are its own too).
 
-use crate::state::{lock, Mode};
+use crate::srq::SrqState;
+use crate::state::{global, lock, Mode};
 use crate::sys::*;
-use crate::verbs::{ctx_of, fail, new_srq, Srq};
+use crate::verbs::{cq_of, ctx_of, fail, new_srq, Srq};
+use ferroce_transport::SgList;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -32,6 +40,76 @@ pub struct XrcdState {
     pub handles: AtomicU32,
     /// SRQs (and, later, QPs) in the domain: it cannot be closed while there are any.
     pub users: AtomicU32,
+}
+
+/// What an XRC QP is.
+pub enum XrcRole {
+    /// XRC_SEND: each SEND carries the XRC header naming the target's SRQ.
+    Send,
+    /// XRC_RECV in this domain: its messages land in the SRQ their header names.
+    Recv(Arc<XrcdState>),
+}
+
+/// The XRC header's length: the target SRQ's number, big-endian, first in every message
+/// of an XRC stream (spec/transport.md §3.7).
+pub const HDR: usize = 4;
+
+/// The domain of an XRCD handle.
+///
+/// # Safety
+/// `x` is a live XRCD this library returned.
+pub unsafe fn state_of(x: *mut ibv_xrcd) -> Arc<XrcdState> {
+    // SAFETY: ibv_xrcd is the first field of our Xrcd.
+    unsafe { (*(x as *const Xrcd)).st.clone() }
+}
+
+/// A domain's identity (its shared state's address), as SRQs and slots name it.
+pub fn domain_id(x: &Arc<XrcdState>) -> usize {
+    Arc::as_ptr(x) as usize
+}
+
+/// XRC SRQs by number.
+fn srqs() -> &'static Mutex<HashMap<u32, Weak<SrqState>>> {
+    static T: OnceLock<Mutex<HashMap<u32, Weak<SrqState>>>> = OnceLock::new();
+    T.get_or_init(Default::default)
+}
+
+/// The live XRC SRQ numbered `num` if it belongs to domain `domain`.
+pub fn srq_by_num(num: u32, domain: usize) -> Option<Arc<SrqState>> {
+    let q = lock(srqs()).get(&num).and_then(Weak::upgrade)?;
+    let ok = q.xrc.as_ref().is_some_and(|(_, d)| *d == domain) && !q.dead.load(Ordering::Relaxed);
+    ok.then_some(q)
+}
+
+/// An XRC initiator's SEND as its stream carries it: the XRC header naming target SRQ `srqn`,
+/// then the bytes of `sgl` (read under their lkeys, or as inline data straight from the
+/// application's memory). A bad lkey is EINVAL at post time.
+pub fn message(srqn: u32, sgl: &SgList, inline: bool) -> Result<Vec<u8>, c_int> {
+    let total: usize = sgl.iter().map(|s| s.len as usize).sum();
+    let mut data = Vec::with_capacity(HDR + total);
+    data.extend_from_slice(&(srqn & 0x00ff_ffff).to_be_bytes());
+    let mrs = global().mrs.read().unwrap_or_else(|p| p.into_inner());
+    for s in sgl {
+        if inline {
+            // SAFETY: inline data is read from the application's memory at post time (the
+            // verbs contract: readable, not necessarily registered).
+            unsafe { crate::mr::copy_inline(s.addr, s.len as usize, &mut data) };
+        } else {
+            let at = data.len();
+            data.resize(at + s.len as usize, 0);
+            mrs.read_local_checked(s.lkey, s.addr, &mut data[at..])
+                .map_err(|_| libc::EINVAL)?;
+        }
+    }
+    Ok(data)
+}
+
+pub fn register_srq(num: u32, q: &Arc<SrqState>) {
+    lock(srqs()).insert(num, Arc::downgrade(q));
+}
+
+pub fn forget_srq(num: u32) {
+    lock(srqs()).remove(&num);
 }
 
 /// An `ibv_xrcd` handle: `ibv_xrcd` first (applications only see that).
@@ -230,18 +308,24 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
             if x.st.mode != ctx.dev.mode {
                 return fail(libc::EINVAL, "ibv_create_srq_ex: XRCD of another device");
             }
-            Some(x.st.clone())
+            // SAFETY: a CQ this library returned (cq_of checks null).
+            let Some(cq) = (unsafe { cq_of(a.cq) }) else {
+                return fail(libc::EINVAL, "ibv_create_srq_ex: CQ");
+            };
+            Some((x.st.clone(), cq.st.clone()))
         }
         _ => return fail(libc::EOPNOTSUPP, "ibv_create_srq_ex: tag-matching SRQ"),
     };
     // SAFETY: a live PD of this context.
-    let mut b = match unsafe { new_srq(a.pd, &mut a.attr, a.srq_context) } {
+    let xrc = xrcd.as_ref().map(|(x, cq)| (cq.clone(), domain_id(x)));
+    let mut b = match unsafe { new_srq(a.pd, &mut a.attr, a.srq_context, xrc) } {
         Ok(b) => b,
         Err(e) => return fail(e, "ibv_create_srq_ex: capabilities"),
     };
-    if let Some(x) = xrcd {
+    if let Some((x, _)) = xrcd {
         x.users.fetch_add(1, Ordering::SeqCst);
         b.xrcd = Some(x);
+        register_srq(b.num, &b.st);
     }
     Box::into_raw(b) as *mut ibv_srq
 }

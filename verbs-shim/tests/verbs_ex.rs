@@ -11,7 +11,6 @@
 //! Needs root and DPDK's af_packet PMD; skips otherwise.
 
 use ferroce_dataplane::netns::{is_root, VethPair};
-use std::path::Path;
 use std::process::Command;
 
 #[path = "verbs_abi.rs"]
@@ -68,28 +67,34 @@ fn extended_cq_and_qp_through_the_inline_verbs() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// XRC domains and XRC SRQs through verbs.h's inline functions (`tests/c/xrc.c`): open /
-/// close semantics (O_CREAT, O_EXCL, sharing through a file's inode, EBUSY while SRQs use
-/// it), `ibv_create_srq_ex` with IBV_SRQT_XRC, `ibv_get_srq_num`; XRC QPs and
-/// `ibv_open_qp` still EOPNOTSUPP, IBV_DEVICE_XRC off; the RoCEv2 device refuses XRCDs.
-/// No traffic, so no namespace: the engine never starts.
+/// XRC domains, SRQs and QPs through verbs.h's inline functions (`tests/c/xrc.c`): open /
+/// close semantics (O_CREAT, O_EXCL, sharing through a file's inode, EBUSY while SRQs or
+/// QPs use it), `ibv_create_srq_ex` with IBV_SRQT_XRC, `ibv_get_srq_num`, XRC_RECV and
+/// XRC_SEND QPs, IBV_DEVICE_XRC on the native device only; `ibv_open_qp` EOPNOTSUPP; the
+/// RoCEv2 device refuses XRC. No traffic (the engine starts with the first QP: a namespace).
 #[test]
-fn xrc_domains_and_srqs_through_the_inline_verbs() {
-    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIPPED: needs libibverbs-dev");
+fn xrc_domains_srqs_and_qps_through_the_inline_verbs() {
+    if !is_root() || ferroce_dataplane::config::pmd_dir().is_none() {
+        eprintln!("SKIPPED: needs root and DPDK's PMDs");
         return;
     }
     let libs = abi::lib_dir("xrc");
     let bin = abi::build_c(&libs, "xrc");
     let file = libs.join("xrc_domain");
+    let pair = VethPair::create("xr", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
     let mut failures = Vec::new();
     for dev in modes() {
-        let out = Command::new("timeout")
-            .args(["-k", "5", "30"])
+        let out = Command::new("ip")
+            .args(["netns", "exec", &pair.ns[0], "timeout", "-k", "5", "30"])
             .arg(&bin)
             .args(["-d", dev, "-f"])
             .arg(&file)
             .env("LD_LIBRARY_PATH", &libs)
+            .env("FERROCE_IP", "198.18.0.11")
+            .env(
+                "FERROCE_PMD",
+                format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[0]),
+            )
             .output()
             .expect("run xrc");
         let text = format!(
@@ -106,6 +111,7 @@ fn xrc_domains_and_srqs_through_the_inline_verbs() {
             ));
         }
     }
+    drop(pair);
     std::fs::remove_dir_all(&libs).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

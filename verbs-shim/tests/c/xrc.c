@@ -1,8 +1,9 @@
-/* XRC domains and XRC SRQs through the inline functions of the system verbs.h
- * (ibv_open_xrcd, ibv_close_xrcd, ibv_create_srq_ex, ibv_get_srq_num), which call the
- * shim's verbs_context operations. The native device (-d ferroce0) has them; the RoCEv2
- * device refuses ibv_open_xrcd with EOPNOTSUPP (-d ferroce0_rocev2 checks that). Needs no
- * traffic. One line per check and "RESULT ok" at the end. */
+/* XRC domains, XRC SRQs and XRC QPs through the inline functions of the system verbs.h
+ * (ibv_open_xrcd, ibv_close_xrcd, ibv_create_srq_ex, ibv_get_srq_num, ibv_create_qp_ex),
+ * which call the shim's verbs_context operations. The native device (-d ferroce0) has them;
+ * the RoCEv2 device refuses them with EOPNOTSUPP (-d ferroce0_rocev2 checks that). No
+ * traffic (ibv_xsrq_pingpong and rdma-core's tests carry XRC traffic). One line per check
+ * and "RESULT ok" at the end. */
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -60,20 +61,31 @@ int main(int argc, char **argv)
 		printf("no device %s\n", name);
 		return 2;
 	}
+	int native = !strcmp(name, "ferroce0");
 	struct ibv_device_attr da;
-	check(!ibv_query_device(ctx, &da) && !(da.device_cap_flags & IBV_DEVICE_XRC),
-	      "IBV_DEVICE_XRC not advertised (XRC QPs not implemented)");
-	if (strcmp(name, "ferroce0")) {
-		check(!open_x(ctx, -1, O_CREAT) && errno == EOPNOTSUPP,
-		      "RoCEv2 device: ibv_open_xrcd EOPNOTSUPP");
-		printf("RESULT %s\n", failed ? "FAIL" : "ok");
-		return failed;
-	}
+	check(!ibv_query_device(ctx, &da) && !!(da.device_cap_flags & IBV_DEVICE_XRC) == native,
+	      "IBV_DEVICE_XRC advertised by the native device only");
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
 	if (!pd || !cq) {
 		printf("no PD or CQ\n");
 		return 2;
+	}
+	struct ibv_qp_init_attr_ex send = {
+		.qp_type = IBV_QPT_XRC_SEND,
+		.send_cq = cq,
+		.cap = { .max_send_wr = 4, .max_send_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = pd,
+	};
+	if (!native) {
+		check(!open_x(ctx, -1, O_CREAT) && errno == EOPNOTSUPP,
+		      "RoCEv2 device: ibv_open_xrcd EOPNOTSUPP");
+		errno = 0;
+		check(!ibv_create_qp_ex(ctx, &send) && errno == EOPNOTSUPP,
+		      "RoCEv2 device: XRC_SEND QP EOPNOTSUPP");
+		printf("RESULT %s\n", failed ? "FAIL" : "ok");
+		return failed;
 	}
 
 	/* Argument checks. */
@@ -144,23 +156,25 @@ int main(int argc, char **argv)
 	struct ibv_recv_wr rw = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *bad;
 	check(s1 && mr && !ibv_post_srq_recv(s1, &rw, &bad), "ibv_post_srq_recv on an XRC SRQ");
 
-	/* XRC QPs are not there yet: refused, not faked. */
+	/* XRC QPs. */
 	struct ibv_qp_init_attr_ex recv = {
 		.qp_type = IBV_QPT_XRC_RECV,
 		.comp_mask = IBV_QP_INIT_ATTR_XRCD,
 		.xrcd = x1,
 	};
+	struct ibv_qp *tgt = ibv_create_qp_ex(ctx, &recv);
+	check(tgt != NULL && tgt->qp_type == IBV_QPT_XRC_RECV && tgt->qp_num, "XRC_RECV QP");
+	struct ibv_qp_init_attr_ex no_x = { .qp_type = IBV_QPT_XRC_RECV };
 	errno = 0;
-	check(!ibv_create_qp_ex(ctx, &recv) && errno == EOPNOTSUPP, "XRC_RECV QP: EOPNOTSUPP");
-	struct ibv_qp_init_attr_ex send = {
-		.qp_type = IBV_QPT_XRC_SEND,
-		.send_cq = cq,
-		.cap = { .max_send_wr = 4, .max_send_sge = 1 },
-		.comp_mask = IBV_QP_INIT_ATTR_PD,
-		.pd = pd,
-	};
-	errno = 0;
-	check(!ibv_create_qp_ex(ctx, &send) && errno == EOPNOTSUPP, "XRC_SEND QP: EOPNOTSUPP");
+	check(!ibv_create_qp_ex(ctx, &no_x) && errno == EINVAL, "XRC_RECV QP without an XRCD: EINVAL");
+	struct ibv_qp *ini = ibv_create_qp_ex(ctx, &send);
+	check(ini != NULL && ini->qp_type == IBV_QPT_XRC_SEND, "XRC_SEND QP");
+	struct ibv_qp_attr init = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	int im = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+	check(tgt && ini && !ibv_modify_qp(tgt, &init, im) && !ibv_modify_qp(ini, &init, im),
+	      "both to INIT");
+	struct ibv_recv_wr *badr;
+	check(ini && ibv_post_recv(ini, &rw, &badr) == EINVAL, "post_recv on XRC_SEND: EINVAL");
 	struct ibv_qp_open_attr oa = {
 		.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE,
 		.qp_num = 1,
@@ -170,10 +184,12 @@ int main(int argc, char **argv)
 	errno = 0;
 	check(!ibv_open_qp(ctx, &oa) && errno == EOPNOTSUPP, "ibv_open_qp: EOPNOTSUPP");
 
-	/* Busy while it has SRQs; the last handle is the one that counts. */
+	/* Busy while it has SRQs or QPs; the last handle is the one that counts. */
 	check(ibv_close_xrcd(x2) == 0, "close one of two handles with SRQs: 0");
 	check(ibv_close_xrcd(x1) == EBUSY, "close the last handle with SRQs: EBUSY");
 	check(!ibv_destroy_srq(s1) && !ibv_destroy_srq(s2), "destroy the XRC SRQs");
+	check(ibv_close_xrcd(x1) == EBUSY, "close the last handle with an XRC_RECV QP: EBUSY");
+	check(tgt && ini && !ibv_destroy_qp(tgt) && !ibv_destroy_qp(ini), "destroy the XRC QPs");
 	check(ibv_close_xrcd(x1) == 0, "close the last handle: 0");
 	check(!open_x(ctx, fd, 0) && errno == EINVAL, "closed domain is gone: EINVAL without O_CREAT");
 	struct ibv_xrcd *x3 = open_x(ctx, fd, O_CREAT | O_EXCL);
