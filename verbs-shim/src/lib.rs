@@ -12,6 +12,7 @@
 //! - [`cq_ex`]: extended CQs (`ibv_create_cq_ex`, the `ibv_start_poll` interface).
 //! - [`qp_ex`]: the `ibv_wr_*` send API (`ibv_qp_ex`).
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
+//! - [`xrc`]: XRC domains, XRC SRQs and XRC QPs (native device).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
 //! - [`lid`]: LIDs on the Ethernet ports, for programs that address peers by LID (qperf).
 //! - [`uc`]: UC QPs (unreliable streams / IBTA UC QPs): their modify masks and opcodes.
@@ -42,6 +43,7 @@ pub mod ud;
 mod ud_roce;
 pub mod verbs;
 pub mod wr;
+pub mod xrc;
 
 /// Where the build put the stub `libmlx5.so.1`, `libefa.so.1` and `libmlx4.so.1`.
 pub const STUB_DIR: &str = env!("FERROCE_VERBS_STUB_DIR");

@@ -54,6 +54,8 @@ fn ops_of(qp_type: u32) -> u64 {
         IBV_QPT_RC => sends | writes | rc_only,
         IBV_QPT_UC => sends | writes,
         IBV_QPT_UD => sends,
+        // SEND only: the XRC header rides in the message (xrc.rs).
+        IBV_QPT_XRC_SEND => sends,
         _ => 0,
     }
 }
@@ -111,6 +113,7 @@ pub unsafe fn enable(q: *mut ibv_qp) {
         (*x).wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
         (*x).wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
         (*x).wr_set_ud_addr = Some(wr_set_ud_addr);
+        (*x).wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
         (*x).wr_set_sge = Some(wr_set_sge);
         (*x).wr_set_sge_list = Some(wr_set_sge_list);
         (*x).wr_set_inline_data = Some(wr_set_inline_data);
@@ -255,6 +258,10 @@ unsafe extern "C" fn wr_set_ud_addr(x: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32
             b.wr.wr.ud.remote_qkey = qkey;
         })
     }
+}
+unsafe extern "C" fn wr_set_xrc_srqn(x: *mut ibv_qp_ex, srqn: u32) {
+    // SAFETY: as above.
+    unsafe { current(x, |b| b.wr.qp_type.xrc.remote_srqn = srqn) }
 }
 unsafe extern "C" fn wr_set_sge(x: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     // SAFETY: as above.

@@ -11,6 +11,10 @@
 //! entry the QP never used is not flushed when the QP fails (verbs leaves it in the SRQ).
 //! A message longer than its entry completes with `IBV_WC_LOC_LEN_ERR`; one arriving while
 //! the SRQ is empty fails as a local protection error (a NIC would RNR-NAK it).
+//!
+//! An XRC target QP's slots start bound to no SRQ: the message's first 4 bytes (the XRC
+//! header, spec/transport.md §3.7) name the SRQ of the QP's domain, chunks that arrive
+//! before them are kept until then, and the completion goes to that SRQ's CQ.
 
 use crate::mr::MrTable;
 use crate::state::{self, dbg_log, global, lock, Ext, QpShared, WrMeta};
@@ -42,13 +46,26 @@ pub struct SrqState {
     /// QPs is discarded and acknowledged, as a NIC whose QPs are gone would not answer with
     /// an error the sender sees at once.
     pub dead: std::sync::atomic::AtomicBool,
+    /// An XRC SRQ: the CQ its completions go to and its domain (`xrc::domain_id`).
+    pub xrc: Option<(Arc<crate::state::CqState>, usize)>,
 }
 
 struct Slot {
-    srq: Arc<SrqState>,
+    /// The SRQ it takes its entry from; for an XRC target, None until the message's XRC
+    /// header names it.
+    srq: Option<Arc<SrqState>>,
+    /// An XRC target's slot: the domain (`xrc::domain_id`) the named SRQ must belong to.
+    xrc: Option<usize>,
+    /// An XRC target's chunks that arrived before the header (offset past it, bytes).
+    early: Vec<(u64, Vec<u8>)>,
     bound: Option<SrqWr>,
     overflow: bool,
 }
+
+/// Bytes an XRC target keeps for one message before its header arrives; a chunk beyond fails
+/// the message (a responder error, spec/transport.md §3.7), so a peer cannot make it hold
+/// more.
+const EARLY_MAX: usize = 64 << 20;
 
 #[derive(Default)]
 pub struct SrqGlobal {
@@ -56,7 +73,7 @@ pub struct SrqGlobal {
     next_slot: AtomicU32,
 }
 
-fn new_slot(srq: &Arc<SrqState>) -> u32 {
+fn new_slot(srq: Option<Arc<SrqState>>, xrc: Option<usize>) -> u32 {
     let g = &global().srq;
     let id = loop {
         let id = g.next_slot.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
@@ -67,7 +84,9 @@ fn new_slot(srq: &Arc<SrqState>) -> u32 {
     lock(&g.slots).insert(
         id,
         Slot {
-            srq: srq.clone(),
+            srq,
+            xrc,
+            early: Vec::new(),
             bound: None,
             overflow: false,
         },
@@ -77,8 +96,13 @@ fn new_slot(srq: &Arc<SrqState>) -> u32 {
 
 /// A virtual receive for `qp` (registered in the work-request map).
 pub fn virtual_recv(qp: &Arc<QpShared>) -> Option<RecvWr> {
-    let srq = qp.srq.as_ref()?;
-    let slot = new_slot(srq);
+    let slot = match (&qp.srq, &qp.xrc) {
+        (Some(srq), _) => new_slot(Some(srq.clone()), None),
+        (None, Some(crate::xrc::XrcRole::Recv(x))) => {
+            new_slot(None, Some(crate::xrc::domain_id(x)))
+        }
+        _ => return None,
+    };
     let id = crate::inflight::insert(WrMeta {
         app_wr_id: 0,
         qp: qp.clone(),
@@ -105,17 +129,58 @@ pub fn place(t: &mut MrTable, addr: u64, data: &[u8]) -> Result<(), MemError> {
     let Some(s) = slots.get_mut(&slot) else {
         return Ok(()); // a late copy of a finished message
     };
-    if s.srq.dead.load(Ordering::Relaxed) {
+    let Some(domain) = s.xrc else {
+        return place_bound(t, s, off, data);
+    };
+    // An XRC target: the message starts with the XRC header (the target SRQ's number).
+    let hdr = crate::xrc::HDR as u64;
+    if s.srq.is_none() {
+        if off != 0 {
+            // A later chunk before the first: kept until the header says where it goes.
+            let held: usize = s.early.iter().map(|(_, d)| d.len()).sum();
+            if off < hdr || held + data.len() > EARLY_MAX {
+                return Err(MemError::OutOfBounds);
+            }
+            s.early.push((off - hdr, data.to_vec()));
+            return Ok(());
+        }
+        let Some(srq) = data
+            .get(..crate::xrc::HDR)
+            .and_then(|h| crate::xrc::srq_by_num(u32::from_be_bytes(h.try_into().ok()?), domain))
+        else {
+            dbg_log!("XRC message for no SRQ of the target's domain");
+            return Err(MemError::AccessDenied);
+        };
+        s.srq = Some(srq);
+        place_bound(t, s, 0, &data[crate::xrc::HDR..])?;
+        for (o, d) in std::mem::take(&mut s.early) {
+            place_bound(t, s, o, &d)?;
+        }
+        return Ok(());
+    }
+    if off == 0 {
+        // The first chunk again (a resend): its bytes past the header, same place.
+        return place_bound(t, s, 0, data.get(crate::xrc::HDR..).unwrap_or(&[]));
+    }
+    place_bound(t, s, off.saturating_sub(hdr), data)
+}
+
+/// Write into the entry of the slot's SRQ (binding the next one on the first byte).
+fn place_bound(t: &mut MrTable, s: &mut Slot, off: u64, data: &[u8]) -> Result<(), MemError> {
+    let Some(srq) = &s.srq else {
+        return Ok(());
+    };
+    if srq.dead.load(Ordering::Relaxed) {
         return Ok(());
     }
     if s.bound.is_none() {
-        s.bound = lock(&s.srq.q).pop_front();
+        s.bound = lock(&srq.q).pop_front();
         if s.bound.is_none() {
             dbg_log!("SRQ empty when a message arrived");
             return Err(MemError::AccessDenied);
         }
     }
-    if s.overflow {
+    if s.overflow || data.is_empty() {
         return Ok(());
     }
     let b = s.bound.as_ref().expect("bound above");
@@ -145,6 +210,18 @@ pub fn take_slot(slot: u32) -> Option<u64> {
 pub fn complete(meta: &WrMeta, slot: u32, c: Completion, t: &mut dyn Transport) {
     let s = lock(&global().srq.slots).remove(&slot);
     let qp = &meta.qp;
+    // An XRC SRQ's completions go to its own CQ (the target QP has none).
+    let cq = s
+        .as_ref()
+        .and_then(|s| s.srq.as_ref())
+        .and_then(|q| q.xrc.as_ref())
+        .map(|(cq, _)| cq.clone())
+        .unwrap_or_else(|| qp.recv_cq.clone());
+    let hdr = if matches!(qp.xrc, Some(crate::xrc::XrcRole::Recv(_))) {
+        crate::xrc::HDR as u32
+    } else {
+        0
+    };
     if c.status == Status::Flushed {
         // The stream failed: an entry the message took is reported, the rest stay.
         if let Some(b) = s.and_then(|s| s.bound) {
@@ -156,7 +233,7 @@ pub fn complete(meta: &WrMeta, slot: u32, c: Completion, t: &mut dyn Transport) 
                 owned_key: 0,
                 ext: Ext::Plain,
             };
-            qp.recv_cq.push(state::make_wc(
+            cq.push(state::make_wc(
                 &m,
                 sys::IBV_WC_WR_FLUSH_ERR,
                 sys::IBV_WC_RECV,
@@ -172,7 +249,8 @@ pub fn complete(meta: &WrMeta, slot: u32, c: Completion, t: &mut dyn Transport) 
             overflow,
             ..
         }) => (Some(b), overflow),
-        Some(Slot { srq, .. }) => (lock(&srq.q).pop_front(), false),
+        Some(Slot { srq: Some(srq), .. }) => (lock(&srq.q).pop_front(), false),
+        Some(Slot { srq: None, .. }) => (None, false),
         None => (None, false),
     };
     let Some(b) = bound else {
@@ -198,8 +276,13 @@ pub fn complete(meta: &WrMeta, slot: u32, c: Completion, t: &mut dyn Transport) 
         ferroce_transport::CompletionOp::RecvWriteImm => sys::IBV_WC_RECV_RDMA_WITH_IMM,
         _ => sys::IBV_WC_RECV,
     };
-    qp.recv_cq
-        .push(state::make_wc(&m, status, opcode, c.byte_len, c.imm));
+    cq.push(state::make_wc(
+        &m,
+        status,
+        opcode,
+        c.byte_len.saturating_sub(hdr),
+        c.imm,
+    ));
     // Replace the used virtual receive.
     let conn = lock(&qp.inner).conn;
     if let (Some(conn), Some(wr)) = (conn, virtual_recv(qp)) {
@@ -207,5 +290,76 @@ pub fn complete(meta: &WrMeta, slot: u32, c: Completion, t: &mut dyn Transport) 
         if let Err(e) = t.post_recv(conn, qp.qpn, wr) {
             state::refused(id, e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce_transport::keys::KeyGen;
+    use ferroce_transport::mem::access;
+
+    fn xrc_srq(domain: usize) -> Arc<SrqState> {
+        Arc::new(SrqState {
+            q: Mutex::new(VecDeque::new()),
+            max_wr: 4,
+            max_sge: 1,
+            limit: AtomicU32::new(0),
+            dead: Default::default(),
+            xrc: Some((crate::ud::dead_cq(), domain)),
+        })
+    }
+
+    /// An XRC target's slot: the header in the first chunk names the SRQ, a chunk that came
+    /// before it is kept and placed after it, and the header's bytes are not written; a
+    /// header naming an SRQ of another domain is refused.
+    #[test]
+    fn an_xrc_slot_binds_to_the_srq_its_header_names_even_when_chunk_0_is_late() {
+        let mut buf = vec![0u8; 32];
+        let mut t = MrTable::new(KeyGen::deterministic(9));
+        let k = t
+            .register_app(1, buf.as_mut_ptr() as u64, 32, access::LOCAL_WRITE)
+            .unwrap();
+        let (mine, theirs) = (0x5151_0000usize, 0x5252_0000usize);
+        let (q, other) = (xrc_srq(mine), xrc_srq(theirs));
+        crate::xrc::register_srq(0x00ab_cd01, &q);
+        crate::xrc::register_srq(0x00ab_cd02, &other);
+        let mut sgl = SgList::new();
+        sgl.push(Sge {
+            lkey: k,
+            addr: buf.as_mut_ptr() as u64,
+            len: 32,
+        });
+        lock(&q.q).push_back(SrqWr { app_wr_id: 7, sgl });
+
+        let slot = new_slot(None, Some(mine));
+        let at = |off: u64| ((slot as u64) << 32) | off;
+        // Chunk 1 (message offset 8 = header + 4 bytes of data) first, then chunk 0.
+        place(&mut t, at(8), b"WXYZ").unwrap();
+        assert_eq!(lock(&q.q).len(), 1, "no SRQ entry taken before the header");
+        place(
+            &mut t,
+            at(0),
+            &[0x00, 0xab, 0xcd, 0x01, b'a', b'b', b'c', b'd'],
+        )
+        .unwrap();
+        assert_eq!(&buf[..8], b"abcdWXYZ");
+        assert!(lock(&q.q).is_empty(), "the named SRQ's entry was taken");
+        assert_eq!(take_slot(slot), Some(7));
+
+        // The header names an SRQ of another domain, or none: refused, nothing taken.
+        let slot = new_slot(None, Some(mine));
+        let hdr = [0x00, 0xab, 0xcd, 0x02, 1];
+        assert_eq!(
+            place(&mut t, (slot as u64) << 32, &hdr),
+            Err(MemError::AccessDenied)
+        );
+        let hdr = [0x00, 0x00, 0x00, 0x09, 1];
+        assert_eq!(
+            place(&mut t, (slot as u64) << 32, &hdr),
+            Err(MemError::AccessDenied)
+        );
+        crate::xrc::forget_srq(0x00ab_cd01);
+        crate::xrc::forget_srq(0x00ab_cd02);
     }
 }

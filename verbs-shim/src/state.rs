@@ -210,6 +210,8 @@ pub struct QpShared {
     pub ud: Option<crate::ud::UdQp>,
     /// A UC QP (`uc.rs`).
     pub uc: bool,
+    /// An XRC QP (`xrc.rs`): initiator, or target in a domain.
+    pub xrc: Option<crate::xrc::XrcRole>,
     /// Its work requests in flight and where their ids come from (`inflight.rs`).
     pub wrs: Mutex<crate::inflight::QpWrs>,
     pub ids: crate::inflight::WrIds,

@@ -107,7 +107,8 @@ pub fn unregister_qp(qp: &Arc<QpShared>) {
     lock(&global().ud.qps).remove(&qp.qpn);
 }
 
-fn dead_cq() -> Arc<state::CqState> {
+/// A CQ nobody polls (the shim's own streams, and what an XRC target has no CQ for).
+pub(crate) fn dead_cq() -> Arc<state::CqState> {
     Arc::new(state::CqState {
         q: Mutex::new(Default::default()),
         cap: AtomicUsize::new(usize::MAX),
@@ -178,6 +179,7 @@ fn chan(peer: Ipv4Addr, mode: Mode) -> (Arc<QpShared>, bool) {
         srq: None,
         ud: None,
         uc: false,
+        xrc: None,
         wrs: Default::default(),
         ids: Default::default(),
     });

@@ -15,7 +15,7 @@ use crate::state::{
 };
 use crate::sys::*;
 use ferroce_dataplane::engine::Command;
-use ferroce_transport::{RecvWr, SendWr, SgList, Sge};
+use ferroce_transport::{RecvWr, SendOp, SendWr, SgList, Sge};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::mem::{offset_of, size_of};
 use std::net::Ipv4Addr;
@@ -33,7 +33,7 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-fn fail<T>(e: c_int, what: &str) -> *mut T {
+pub(crate) fn fail<T>(e: c_int, what: &str) -> *mut T {
     if !what.is_empty() {
         dbg_log!("{what}: {}", std::io::Error::from_raw_os_error(e));
     }
@@ -165,7 +165,7 @@ pub struct Ctx {
 
 /// # Safety
 /// `c` is null or a context this library created (its `ibv_context` is the tail of our `Ctx`).
-unsafe fn ctx_of<'a>(c: *mut ibv_context) -> Option<&'a Ctx> {
+pub(crate) unsafe fn ctx_of<'a>(c: *mut ibv_context) -> Option<&'a Ctx> {
     if c.is_null() {
         return None;
     }
@@ -198,6 +198,10 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context
     v.query_device_ex = Some(vctx_query_device_ex);
     v.create_qp_ex = Some(vctx_create_qp_ex);
     v.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
+    v.create_srq_ex = Some(crate::xrc::create_srq_ex);
+    v.get_srq_num = Some(crate::xrc::get_srq_num);
+    v.open_xrcd = Some(crate::xrc::open_xrcd);
+    v.close_xrcd = Some(crate::xrc::close_xrcd);
     let c = &mut v.context;
     c.device = d;
     c.cmd_fd = eventfd(0);
@@ -253,6 +257,10 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.max_qp = 1 << 16;
     a.max_qp_wr = MAX_QP_WR as c_int;
     a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
+    if dev.mode == Mode::Native {
+        // XRC domains, SRQs and QPs (xrc.rs); the RoCEv2 device does not speak XRCETH.
+        a.device_cap_flags |= IBV_DEVICE_XRC;
+    }
     a.max_sge = 16;
     a.max_sge_rd = 16;
     a.max_cq = 1 << 16;
@@ -765,7 +773,7 @@ pub struct Cq {
 
 /// # Safety
 /// `cq` is null or a CQ this library created.
-unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> Option<&'a Cq> {
+pub(crate) unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> Option<&'a Cq> {
     // SAFETY: CQs come from ibv_create_cq: ibv_cq is the first field of our Cq.
     (!cq.is_null()).then(|| unsafe { &*(cq as *const Cq) })
 }
@@ -1036,28 +1044,74 @@ const MAX_INLINE: u32 = 4096;
 /// Deepest send or receive queue (`max_qp_wr`).
 const MAX_QP_WR: u32 = 1 << 14;
 
-unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
-    if pd.is_null() {
-        return fail(libc::EINVAL, "ibv_create_qp: no PD");
-    }
-    // SAFETY: a live PD.
-    let (c, pdh) = unsafe { ((*pd).context, (*pd).handle) };
+/// A QP of `pd`; an XRC target (`xrcd`, from `ibv_create_qp_ex`) has no PD and belongs to
+/// context `tgt_ctx` instead.
+unsafe fn create_qp(
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+    xrcd: Option<(*mut ibv_context, Arc<crate::xrc::XrcdState>)>,
+) -> *mut ibv_qp {
+    let (c, pdh) = match (&xrcd, pd.is_null()) {
+        (Some((c, _)), _) => (*c, 0),
+        (None, true) => return fail(libc::EINVAL, "ibv_create_qp: no PD"),
+        // SAFETY: a live PD.
+        (None, false) => unsafe { ((*pd).context, (*pd).handle) },
+    };
+    // SAFETY: a context this library returned (ctx_of checks null).
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         return fail(libc::EINVAL, "ibv_create_qp: no context");
     };
-    if a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UD && a.qp_type != IBV_QPT_UC {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp: only RC, UC and UD QPs");
-    }
+    let xrc = match (a.qp_type, xrcd) {
+        (IBV_QPT_RC | IBV_QPT_UD | IBV_QPT_UC, None) => None,
+        (IBV_QPT_XRC_SEND, None) if ctx.dev.mode == Mode::Native => Some(crate::xrc::XrcRole::Send),
+        (IBV_QPT_XRC_RECV, Some((_, x))) => Some(crate::xrc::XrcRole::Recv(x)),
+        (IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV, _) if ctx.dev.mode != Mode::Native => {
+            return fail(
+                libc::EOPNOTSUPP,
+                "ibv_create_qp: XRC is offered by the native device only",
+            );
+        }
+        (IBV_QPT_XRC_RECV, None) => {
+            return fail(libc::EINVAL, "ibv_create_qp: an XRC_RECV QP needs an XRCD");
+        }
+        _ => {
+            return fail(
+                libc::EOPNOTSUPP,
+                "ibv_create_qp: only RC, UC, UD and XRC QPs",
+            )
+        }
+    };
     let srq = if a.srq.is_null() {
         None
     } else if a.qp_type != IBV_QPT_RC {
-        return fail(libc::EOPNOTSUPP, "ibv_create_qp: SRQ with a UD or UC QP");
+        return fail(libc::EOPNOTSUPP, "ibv_create_qp: SRQ with a QP not RC");
     } else {
         // SAFETY: SRQs come from ibv_create_srq: ibv_srq is the first field of our Srq.
         Some(unsafe { &*(a.srq as *const Srq) }.st.clone())
     };
-    let (Some(scq), Some(rcq)) = (unsafe { cq_of(a.send_cq) }, unsafe { cq_of(a.recv_cq) }) else {
-        return fail(libc::EINVAL, "ibv_create_qp: CQs");
+    // An XRC initiator has no receive queue, a target neither queue: their CQs are never
+    // given completions.
+    let (scq, rcq) = match &xrc {
+        Some(crate::xrc::XrcRole::Recv(_)) => {
+            a.cap = ibv_qp_cap::default();
+            (crate::ud::dead_cq(), crate::ud::dead_cq())
+        }
+        _ => {
+            // SAFETY: CQs this library returned (cq_of checks null).
+            let scq = unsafe { cq_of(a.send_cq) }.map(|q| q.st.clone());
+            let rcq = if matches!(xrc, Some(crate::xrc::XrcRole::Send)) {
+                a.cap.max_recv_wr = 0;
+                a.cap.max_recv_sge = 0;
+                Some(crate::ud::dead_cq())
+            } else {
+                // SAFETY: as above.
+                unsafe { cq_of(a.recv_cq) }.map(|q| q.st.clone())
+            };
+            let (Some(scq), Some(rcq)) = (scq, rcq) else {
+                return fail(libc::EINVAL, "ibv_create_qp: CQs");
+            };
+            (scq, rcq)
+        }
     };
     if a.cap.max_inline_data > MAX_INLINE || a.cap.max_send_sge > 16 || a.cap.max_recv_sge > 16 {
         return fail(libc::EINVAL, "ibv_create_qp: capabilities");
@@ -1086,8 +1140,8 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         qpn,
         pd: domain,
         sq_sig_all: a.sq_sig_all != 0,
-        send_cq: scq.st.clone(),
-        recv_cq: rcq.st.clone(),
+        send_cq: scq,
+        recv_cq: rcq,
         mode: ctx.dev.mode,
         max_inline: a.cap.max_inline_data,
         inner: Mutex::new(QpInner {
@@ -1105,10 +1159,14 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         srq,
         ud: (a.qp_type == IBV_QPT_UD).then(crate::ud::UdQp::default),
         uc: a.qp_type == IBV_QPT_UC,
+        xrc,
         wrs: Default::default(),
         ids: Default::default(),
     });
     crate::inflight::register(&st);
+    if let Some(crate::xrc::XrcRole::Recv(x)) = &st.xrc {
+        x.users.fetch_add(1, Ordering::SeqCst);
+    }
     // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
     let mut qp = Box::new(Qp {
         qp: unsafe { std::mem::zeroed() },
@@ -1152,11 +1210,11 @@ pub unsafe extern "C" fn ibv_create_qp(
         return fail(libc::EINVAL, "ibv_create_qp");
     }
     // SAFETY: the caller's init attributes (cap is written back, as providers do).
-    unsafe { create_qp(pd, &mut *attr) }
+    unsafe { create_qp(pd, &mut *attr, None) }
 }
 
 unsafe extern "C" fn vctx_create_qp_ex(
-    _c: *mut ibv_context,
+    c: *mut ibv_context,
     a: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     if a.is_null() {
@@ -1165,15 +1223,48 @@ unsafe extern "C" fn vctx_create_qp_ex(
     // SAFETY: the caller's extended attributes.
     let a = unsafe { &mut *a };
     // CREATE_FLAGS with no flag set asks for nothing; any flag (scatter FCS, source QPN, …)
-    // and every other extension (XRCD, send_ops_flags: ibv_qp_ex) is a feature this device
-    // lacks.
+    // and every other extension is a feature this device lacks.
     let create_flags = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0;
-    let known =
-        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & !known != 0 || create_flags {
         return fail(
             libc::EOPNOTSUPP,
-            "ibv_create_qp_ex: only PD, send_ops_flags and empty create_flags in comp_mask",
+            "ibv_create_qp_ex: only PD, XRCD, send_ops_flags and empty create_flags in comp_mask",
+        );
+    }
+    if a.qp_type == IBV_QPT_XRC_RECV {
+        if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 || a.xrcd.is_null() {
+            return fail(libc::EINVAL, "ibv_create_qp_ex: XRC_RECV without an XRCD");
+        }
+        // SAFETY: an XRCD this library returned.
+        let x = unsafe { crate::xrc::state_of(a.xrcd) };
+        if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+            return fail(
+                libc::EINVAL,
+                "ibv_create_qp_ex: an XRC_RECV QP sends nothing",
+            );
+        }
+        let mut b = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: null_mut(),
+            recv_cq: null_mut(),
+            srq: null_mut(),
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: 0,
+        };
+        // SAFETY: the XRCD's context; no PD.
+        let qp = unsafe { create_qp(null_mut(), &mut b, Some((c, x))) };
+        a.cap = b.cap;
+        return qp;
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_XRCD != 0 {
+        return fail(
+            libc::EINVAL,
+            "ibv_create_qp_ex: an XRCD for a QP not XRC_RECV",
         );
     }
     // The ibv_wr_* API (qp_ex.rs), for the send ops the QP type has.
@@ -1196,7 +1287,7 @@ unsafe extern "C" fn vctx_create_qp_ex(
         sq_sig_all: a.sq_sig_all,
     };
     // SAFETY: `a.pd` is a PD this library returned; create_qp checks null.
-    let qp = unsafe { create_qp(a.pd, &mut b) };
+    let qp = unsafe { create_qp(a.pd, &mut b, None) };
     a.cap = b.cap;
     if send_ops && !qp.is_null() {
         // SAFETY: the QP just created.
@@ -1287,7 +1378,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
         }
         return 0;
     }
-    if new == IBV_QPS_INIT && cur == IBV_QPS_RESET && st.srq.is_some() {
+    let xrc_recv = matches!(st.xrc, Some(crate::xrc::XrcRole::Recv(_)));
+    if new == IBV_QPS_INIT && cur == IBV_QPS_RESET && (st.srq.is_some() || xrc_recv) {
         // The QP's share of the SRQ: virtual receives on its stream (srq.rs).
         for _ in 0..crate::srq::SLOTS_PER_QP {
             if let Some(wr) = crate::srq::virtual_recv(st) {
@@ -1483,6 +1575,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if b.st.ud.is_some() {
         crate::ud::unregister_qp(&b.st);
     }
+    if let Some(crate::xrc::XrcRole::Recv(x)) = &b.st.xrc {
+        x.users.fetch_sub(1, Ordering::SeqCst);
+    }
     // The stream stays in the engine (idle): the peer may still retransmit the tail of the
     // conversation (an ACK was lost) and must get its answer, not an unknown-stream refusal.
     // What it places goes through the MR table, which no longer has this QP's regions once
@@ -1590,6 +1685,12 @@ unsafe extern "C" fn op_post_send(
         // SAFETY: the caller's work request chain and out-parameter.
         return unsafe { crate::ud::post_send(st, wr, bad) };
     }
+    if matches!(st.xrc, Some(crate::xrc::XrcRole::Recv(_))) {
+        // An XRC target has no send queue.
+        set_bad(wr);
+        return libc::EINVAL;
+    }
+    let xrc_send = matches!(st.xrc, Some(crate::xrc::XrcRole::Send));
     while !wr.is_null() {
         // SAFETY: the caller's work request chain.
         let w = unsafe { &*wr };
@@ -1615,13 +1716,35 @@ unsafe extern "C" fn op_post_send(
         };
         let op = d.op;
         let mut owned_key = 0;
-        if let Some(total) = d.inline_len {
-            let mut data = Vec::with_capacity(total as usize);
-            for s in &sgl {
-                // SAFETY: inline data is read from the application's memory at post time
-                // (the verbs contract: readable, not necessarily registered).
-                unsafe { copy_inline(s.addr, s.len as usize, &mut data) };
+        // An XRC initiator's message: the XRC header, then the application's bytes, copied
+        // at post time (xrc.rs).
+        // SAFETY: the union member XRC work requests use (an integer whatever the QP type).
+        let srqn = xrc_send.then_some(unsafe { w.qp_type.xrc.remote_srqn });
+        if srqn.is_some() && !matches!(op, SendOp::Send { .. }) {
+            set_bad(wr);
+            return libc::EOPNOTSUPP;
+        }
+        let copy = match (srqn, d.inline_len) {
+            (Some(n), inline) => match crate::xrc::message(n, &sgl, inline.is_some()) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    set_bad(wr);
+                    return e;
+                }
+            },
+            (None, Some(total)) => {
+                let mut data = Vec::with_capacity(total as usize);
+                for s in &sgl {
+                    // SAFETY: inline data is read from the application's memory at post
+                    // time (the verbs contract: readable, not necessarily registered).
+                    unsafe { copy_inline(s.addr, s.len as usize, &mut data) };
+                }
+                Some(data)
             }
+            (None, None) => None,
+        };
+        if let Some(data) = copy {
+            let total = data.len();
             let base = 0x1000u64;
             let mut mrs = global().mrs.write().unwrap_or_else(|p| p.into_inner());
             // In the QP's protection domain: the engine reads it under the QP's domain.
@@ -1684,7 +1807,7 @@ unsafe extern "C" fn op_post_recv(
     };
     let st = &q.st;
     let state = lock(&st.inner).state;
-    if state == IBV_QPS_RESET || state == IBV_QPS_ERR || st.srq.is_some() {
+    if state == IBV_QPS_RESET || state == IBV_QPS_ERR || st.srq.is_some() || st.xrc.is_some() {
         if !bad.is_null() {
             // SAFETY: the caller's out-parameter.
             unsafe { *bad = wr };
@@ -1811,6 +1934,52 @@ unsafe extern "C" fn op_post_srq_recv(
 pub struct Srq {
     pub srq: ibv_srq,
     pub st: Arc<crate::srq::SrqState>,
+    /// Its SRQ number (`ibv_get_srq_num`; what XRC senders name).
+    pub num: u32,
+    /// The XRC domain of an XRC SRQ (held: the domain is busy while the SRQ lives).
+    pub xrcd: Option<Arc<crate::xrc::XrcdState>>,
+}
+
+/// A new SRQ of `pd` (`attr`'s max_wr/max_sge written back), or the errno.
+///
+/// # Safety
+/// `pd` is a live PD this library returned.
+pub(crate) unsafe fn new_srq(
+    pd: *mut ibv_pd,
+    attr: &mut ibv_srq_attr,
+    srq_context: *mut c_void,
+    xrc: Option<(Arc<CqState>, usize)>,
+) -> Result<Box<Srq>, c_int> {
+    if attr.max_wr == 0 || attr.max_wr > 1 << 14 || attr.max_sge > 16 {
+        return Err(libc::EINVAL);
+    }
+    attr.max_sge = attr.max_sge.max(1);
+    let st = Arc::new(crate::srq::SrqState {
+        q: Mutex::new(Default::default()),
+        max_wr: attr.max_wr,
+        max_sge: attr.max_sge,
+        limit: std::sync::atomic::AtomicU32::new(attr.srq_limit),
+        dead: AtomicBool::new(false),
+        xrc,
+    });
+    // SAFETY: an all-zero ibv_srq is valid; mutex/cond initialised below.
+    let mut b = Box::new(Srq {
+        srq: unsafe { std::mem::zeroed() },
+        st,
+        num: crate::xrc::new_srq_num(),
+        xrcd: None,
+    });
+    // SAFETY: a live PD.
+    b.srq.context = unsafe { (*pd).context };
+    b.srq.srq_context = srq_context;
+    b.srq.pd = pd;
+    b.srq.handle = global().next_pd.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: initialise the embedded mutex and condition variable.
+    unsafe {
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!(b.srq.mutex) as *mut _, null_mut());
+        libc::pthread_cond_init(std::ptr::addr_of_mut!(b.srq.cond) as *mut _, null_mut());
+    }
+    Ok(b)
 }
 
 #[export_name = "ferroce_v_ibv_create_srq"]
@@ -1821,35 +1990,12 @@ pub unsafe extern "C" fn ibv_create_srq(
     if pd.is_null() || a.is_null() {
         return fail(libc::EINVAL, "ibv_create_srq");
     }
-    // SAFETY: the caller's init attributes (max_wr/max_sge are written back).
+    // SAFETY: the caller's init attributes (max_wr/max_sge are written back) and live PD.
     let a = unsafe { &mut *a };
-    if a.attr.max_wr == 0 || a.attr.max_wr > 1 << 14 || a.attr.max_sge > 16 {
-        return fail(libc::EINVAL, "ibv_create_srq: capabilities");
+    match unsafe { new_srq(pd, &mut a.attr, a.srq_context, None) } {
+        Ok(b) => Box::into_raw(b) as *mut ibv_srq,
+        Err(e) => fail(e, "ibv_create_srq: capabilities"),
     }
-    a.attr.max_sge = a.attr.max_sge.max(1);
-    let st = Arc::new(crate::srq::SrqState {
-        q: Mutex::new(Default::default()),
-        max_wr: a.attr.max_wr,
-        max_sge: a.attr.max_sge,
-        limit: std::sync::atomic::AtomicU32::new(a.attr.srq_limit),
-        dead: AtomicBool::new(false),
-    });
-    // SAFETY: an all-zero ibv_srq is valid; mutex/cond initialised below.
-    let mut b = Box::new(Srq {
-        srq: unsafe { std::mem::zeroed() },
-        st,
-    });
-    // SAFETY: a live PD.
-    b.srq.context = unsafe { (*pd).context };
-    b.srq.srq_context = a.srq_context;
-    b.srq.pd = pd;
-    b.srq.handle = global().next_pd.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: initialise the embedded mutex and condition variable.
-    unsafe {
-        libc::pthread_mutex_init(std::ptr::addr_of_mut!(b.srq.mutex) as *mut _, null_mut());
-        libc::pthread_cond_init(std::ptr::addr_of_mut!(b.srq.cond) as *mut _, null_mut());
-    }
-    Box::into_raw(b) as *mut ibv_srq
 }
 
 #[export_name = "ferroce_v_ibv_destroy_srq"]
@@ -1857,10 +2003,14 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     if srq.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: an SRQ from ibv_create_srq, freed once (QPs keep the shared part alive).
+    // SAFETY: an SRQ from ibv_create_srq(_ex), freed once (QPs keep the shared part alive).
     let b = unsafe { Box::from_raw(srq as *mut Srq) };
     b.st.dead.store(true, Ordering::SeqCst);
     lock(&b.st.q).clear();
+    if let Some(x) = &b.xrcd {
+        crate::xrc::forget_srq(b.num);
+        x.users.fetch_sub(1, Ordering::SeqCst);
+    }
     0
 }
 

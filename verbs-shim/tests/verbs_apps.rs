@@ -28,6 +28,8 @@ struct Prog {
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     PingPong,
+    /// Prints "success" at the end (ibv_xsrq_pingpong).
+    Success,
     Bw,
     Lat,
 }
@@ -47,6 +49,11 @@ const PROGS: &[Prog] = &[
         name: "ibv_uc_pingpong",
         args: "-g 1 -c -n 500",
         kind: Kind::PingPong,
+    },
+    Prog {
+        name: "ibv_xsrq_pingpong",
+        args: "-g 1 -n 200 -s 16384",
+        kind: Kind::Success,
     },
     Prog {
         name: "ibv_ud_pingpong",
@@ -191,6 +198,9 @@ fn run_pair(
                 let us = l.split('=').nth(1).unwrap_or("").trim().to_string();
                 figure = us;
             }
+        }
+        Kind::Success => {
+            ok &= ct.lines().any(|l| l == "success") && st.lines().any(|l| l == "success");
         }
         Kind::Bw | Kind::Lat => {
             // The result row: "#bytes #iterations ..." numbers.
@@ -358,6 +368,7 @@ fn bench_verbs_writes_csv_with_ratios() {
     }
 }
 
+// checks: [XRC-1] [XRC-2] (ibv_xsrq_pingpong: SENDs to the peer's XRC SRQ, received on its CQ)
 #[test]
 fn unmodified_programs_in_two_namespaces() {
     if !is_root() {
@@ -402,6 +413,10 @@ fn unmodified_programs_in_two_namespaces() {
             for &loss in &losses {
                 let unreliable = prog.name == "ibv_uc_pingpong"
                     || (prog.name == "ibv_ud_pingpong" && *mode == "rocev2");
+                if prog.name == "ibv_xsrq_pingpong" && *mode == "rocev2" {
+                    // XRC is the native device's only (the RoCEv2 device has no XRCETH).
+                    continue;
+                }
                 if loss > 0.0 && unreliable {
                     // UC loses a message with its packet, by definition, and RoCEv2 UD (IBTA
                     // UD) a datagram: the pingpong then waits for it forever (as it would on

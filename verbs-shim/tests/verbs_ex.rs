@@ -66,3 +66,52 @@ fn extended_cq_and_qp_through_the_inline_verbs() {
     std::fs::remove_dir_all(&libs).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// XRC domains, SRQs and QPs through verbs.h's inline functions (`tests/c/xrc.c`): open /
+/// close semantics (O_CREAT, O_EXCL, sharing through a file's inode, EBUSY while SRQs or
+/// QPs use it), `ibv_create_srq_ex` with IBV_SRQT_XRC, `ibv_get_srq_num`, XRC_RECV and
+/// XRC_SEND QPs, IBV_DEVICE_XRC on the native device only; `ibv_open_qp` EOPNOTSUPP; the
+/// RoCEv2 device refuses XRC. No traffic (the engine starts with the first QP: a namespace).
+#[test]
+fn xrc_domains_srqs_and_qps_through_the_inline_verbs() {
+    if !is_root() || ferroce_dataplane::config::pmd_dir().is_none() {
+        eprintln!("SKIPPED: needs root and DPDK's PMDs");
+        return;
+    }
+    let libs = abi::lib_dir("xrc");
+    let bin = abi::build_c(&libs, "xrc");
+    let file = libs.join("xrc_domain");
+    let pair = VethPair::create("xr", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
+    let mut failures = Vec::new();
+    for dev in modes() {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &pair.ns[0], "timeout", "-k", "5", "30"])
+            .arg(&bin)
+            .args(["-d", dev, "-f"])
+            .arg(&file)
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("FERROCE_IP", "198.18.0.11")
+            .env(
+                "FERROCE_PMD",
+                format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[0]),
+            )
+            .output()
+            .expect("run xrc");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let checks = text.lines().filter(|l| l.ends_with(": ok")).count();
+        eprintln!("xrc over {dev}: {checks} checks ok");
+        if out.status.code() != Some(0) || !text.contains("RESULT ok") || text.contains(": FAIL") {
+            failures.push(format!(
+                "over {dev} (exit {:?}):\n{text}",
+                out.status.code()
+            ));
+        }
+    }
+    drop(pair);
+    std::fs::remove_dir_all(&libs).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
