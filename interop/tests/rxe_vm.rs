@@ -207,7 +207,11 @@ fn ferroce_read_requester_under_rxe_loss() {
     let mut s = apps::Session::start_with(&img, vms, 1500, "rdl", false).expect("VM with rxe0");
     let p = apps::program("ib_read_bw").unwrap();
     let limit = Duration::from_secs(120);
-    let levels: &[f64] = if baseline { &[0.0, 1.0, 5.0] } else { &[0.0, 1.0] };
+    let levels: &[f64] = if baseline {
+        &[0.0, 1.0, 5.0]
+    } else {
+        &[0.0, 1.0]
+    };
     let mut rows = Vec::new();
     for &pct in levels {
         s.set_rxe_loss(pct).expect("nftables rule on the bridge");
@@ -241,7 +245,11 @@ fn ferroce_read_requester_under_rxe_loss() {
         .find(|r| r.role == "client" && r.loss_pct == 1.0)
         .unwrap();
     // Bounded by packet counts, not time: ~2,600 measured after the fix.
-    assert!(ppm(lossy) < 8000.0, "re-reads: {:.0} packets per MB", ppm(lossy));
+    assert!(
+        ppm(lossy) < 8000.0,
+        "re-reads: {:.0} packets per MB",
+        ppm(lossy)
+    );
     if baseline {
         let mbs = |r: &apps::RunResult| -> f64 {
             r.figure.trim_end_matches(" MB/s").parse().unwrap_or(0.0)
@@ -257,7 +265,11 @@ fn ferroce_read_requester_under_rxe_loss() {
         };
         for pct in [1.0, 5.0] {
             let (f, x) = (share("client", pct), share("rxe-rxe", pct));
-            eprintln!("{pct} %: ferroce keeps {:.1} %, rxe {:.1} %", f * 100.0, x * 100.0);
+            eprintln!(
+                "{pct} %: ferroce keeps {:.1} %, rxe {:.1} %",
+                f * 100.0,
+                x * 100.0
+            );
         }
     }
 }
