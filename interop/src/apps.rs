@@ -7,14 +7,16 @@
 //! programs' TCP exchange uses the kernel's [`HOST_IP`]. In the VM the same program runs on
 //! `rxe0`. Every run is bounded in time and checks exit status and output of both sides.
 
-use crate::image::{self, Image};
+use crate::image::Image;
 use crate::lab::{Lab, FERROCE_IP, HOST_IF, HOST_IP};
 use crate::util::{log, Bounded};
 use crate::vm::{Vm, VmOut, VmSpec};
-use std::fmt::Write as _;
+use crate::wireloss::{WireCounts, WireLoss};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+pub use crate::matrix::{csv, table};
 
 /// The port the programs exchange QP information on.
 pub const PORT: u16 = 18515;
@@ -128,6 +130,13 @@ pub struct RunResult {
     pub role: &'static str,
     pub mtu: u32,
     pub loss_pct: f64,
+    /// Whose transmissions were dropped: `ferroce` (its injector), `rxe` (the bridge's nftables
+    /// rule on vm0's packets), `both` or `none`.
+    pub loss_side: &'static str,
+    /// RoCEv2 packets on the bridge during the run (when nftables counted them).
+    pub wire: Option<WireCounts>,
+    /// Bytes the program moved (perftest's #bytes × #iterations), for packets per MB.
+    pub bytes: Option<u64>,
     pub ok: bool,
     pub figure: String,
     pub secs: f64,
@@ -270,6 +279,8 @@ pub fn prerequisites() -> Result<(), String> {
 pub struct Session {
     // Field order matters: the VMs go before the lab that holds their taps.
     pub vms: Vec<Vm>,
+    /// The bridge's RoCEv2 counters and rxe-side loss (vm0's transmissions), when installed.
+    pub wire: Option<WireLoss>,
     pub lab: Lab,
     pub dir: PathBuf,
     pub link_mtu: u32,
@@ -303,6 +314,7 @@ impl Session {
         let lab = Lab::create(n_vms, link_mtu)?;
         let mut s = Session {
             vms: Vec::new(),
+            wire: None,
             lab,
             dir: dir.clone(),
             link_mtu,
@@ -325,6 +337,21 @@ impl Session {
             vm.add_rxe()?;
         }
         Ok(s)
+    }
+
+    /// Drop `pct` % of vm0's RoCEv2 transmissions on the bridge (0: count packets only).
+    pub fn set_rxe_loss(&mut self, pct: f64) -> Result<(), String> {
+        self.wire = None;
+        self.wire = Some(WireLoss::install(&self.lab, self.vms[0].ip, pct)?);
+        Ok(())
+    }
+
+    fn rxe_loss_pct(&self) -> f64 {
+        self.wire.as_ref().map_or(0.0, |w| w.pct)
+    }
+
+    fn wire_counts(&self) -> Option<WireCounts> {
+        self.wire.as_ref().and_then(|w| w.counts().ok())
     }
 
     /// A host-side program in the lab namespace over the shim (ferroce's RoCEv2 device).
@@ -375,27 +402,51 @@ impl Session {
         mtu: u32,
         limit: Duration,
     ) -> Result<RunResult, String> {
+        self.rxe_vs_rxe_as(p, Role::Client, mtu, limit)
+    }
+
+    /// rxe in vm1 standing in for ferroce (playing `role`) against rxe in vm0, whose
+    /// transmissions [`Session::set_rxe_loss`] drops: the baseline of the ferroce runs.
+    pub fn rxe_vs_rxe_as(
+        &mut self,
+        p: &Program,
+        role: Role,
+        mtu: u32,
+        limit: Duration,
+    ) -> Result<RunResult, String> {
         if self.vms.len() < 2 {
             return Err("rxe_vs_rxe needs two VMs".into());
         }
         let t0 = Instant::now();
+        let before = self.wire_counts();
         let args = mtu_args(p, mtu);
-        let server_ip = self.vms[0].ip;
-        let job = self.vms[0].start(&format!("{} -d rxe0 {args}", p.name), limit)?;
-        self.vms[0].wait_listening(PORT, Duration::from_secs(20))?;
-        let c = self.vms[1].run(&format!("{} -d rxe0 {args} {server_ip}", p.name), limit)?;
-        let s = self.vms[0].wait_job(job)?;
+        let (srv, cli) = match role {
+            Role::Client => (0, 1),
+            Role::Server => (1, 0),
+        };
+        let server_ip = self.vms[srv].ip;
+        let job = self.vms[srv].start(&format!("{} -d rxe0 {args}", p.name), limit)?;
+        self.vms[srv].wait_listening(PORT, Duration::from_secs(20))?;
+        let c = self.vms[cli].run(&format!("{} -d rxe0 {args} {server_ip}", p.name), limit)?;
+        let s = self.vms[srv].wait_job(job)?;
         let (ok, figure) = judge(p, (&c.text, Some(c.code)), (&s.text, Some(s.code)), &c.text);
+        let rxe = self.rxe_loss_pct();
         Ok(RunResult {
             program: p.name,
-            role: "rxe-rxe",
+            role: match role {
+                Role::Client => "rxe-rxe",
+                Role::Server => "rxe-rxe-server",
+            },
             mtu,
-            loss_pct: 0.0,
+            loss_pct: rxe,
+            loss_side: if rxe > 0.0 { "rxe" } else { "none" },
+            wire: self.wire_counts().zip(before).map(|(a, b)| a.since(b)),
+            bytes: moved_bytes(&c.text),
             ok,
             figure,
             secs: t0.elapsed().as_secs_f64(),
             detail: format!(
-                "client vm1 (exit {}):\n{}\nserver vm0 (exit {}):\n{}",
+                "client vm{cli} (exit {}):\n{}\nserver vm{srv} (exit {}):\n{}",
                 c.code, c.text, s.code, s.text
             ),
         })
@@ -414,6 +465,7 @@ impl Session {
             return self.cm_vs_rxe(p, role, mtu, loss, limit);
         }
         let t0 = Instant::now();
+        let before = self.wire_counts();
         let args = mtu_args(p, mtu);
         let vm_ip = self.vms[0].ip;
         let (host, vm): ((String, Option<i32>), VmOut) = match role {
@@ -456,7 +508,10 @@ impl Session {
             program: p.name,
             role: role.as_str(),
             mtu,
-            loss_pct: loss * 100.0,
+            loss_pct: loss * 100.0 + self.rxe_loss_pct(),
+            loss_side: loss_side(loss, self.rxe_loss_pct()),
+            wire: self.wire_counts().zip(before).map(|(a, b)| a.since(b)),
+            bytes: moved_bytes(&client_text),
             ok,
             figure,
             secs: t0.elapsed().as_secs_f64(),
@@ -485,6 +540,7 @@ impl Session {
         limit: Duration,
     ) -> Result<RunResult, String> {
         let t0 = Instant::now();
+        let before = self.wire_counts();
         let args = mtu_args(p, mtu);
         let vm_ip = self.vms[0].ip;
         let (host, vm): ((String, Option<i32>), VmOut) = match role {
@@ -522,7 +578,10 @@ impl Session {
             program: p.name,
             role: role.as_str(),
             mtu,
-            loss_pct: loss * 100.0,
+            loss_pct: loss * 100.0 + self.rxe_loss_pct(),
+            loss_side: loss_side(loss, self.rxe_loss_pct()),
+            wire: self.wire_counts().zip(before).map(|(a, b)| a.since(b)),
+            bytes: None,
             ok,
             figure,
             secs: t0.elapsed().as_secs_f64(),
@@ -550,6 +609,25 @@ impl Drop for Session {
     }
 }
 
+/// Which side's transmissions a run lost: ferroce's injector (`loss`, a fraction) or the
+/// bridge's rule on rxe's (`rxe_pct`, a percentage).
+pub fn loss_side(loss: f64, rxe_pct: f64) -> &'static str {
+    match (loss > 0.0, rxe_pct > 0.0) {
+        (true, true) => "both",
+        (true, false) => "ferroce",
+        (false, true) => "rxe",
+        (false, false) => "none",
+    }
+}
+
+/// perftest's #bytes × #iterations from its result row.
+pub fn moved_bytes(text: &str) -> Option<u64> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() >= 5 && f[0].parse::<u64>().is_ok() && f[1].parse::<u64>().is_ok())
+        .map(|f| f[0].parse::<u64>().unwrap_or(0) * f[1].parse::<u64>().unwrap_or(0))
+}
+
 /// The link MTU that gives rxe the active MTU `mtu`.
 /// The DPDK af_packet port on the lab's host side: its frames must hold a whole jumbo frame
 /// RoCEv2 packet at MTU 4096 (the default frame is 2048 bytes) and fit the engine's mbufs.
@@ -566,279 +644,6 @@ pub fn link_mtu_for(mtu: u32) -> u32 {
         9000
     } else {
         1500
-    }
-}
-
-/// The table: program × ferroce role × MTU → pass/fail, figure.
-pub fn table(rows: &[RunResult]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "| {:<16} | {:<7} | {:>4} | {:>5} | {:<6} | {:<16} | {:>6} |",
-        "program", "ferroce", "mtu", "loss", "result", "figure", "time"
-    );
-    let _ = writeln!(
-        s,
-        "|{:-<18}|{:-<9}|{:-<6}|{:-<7}|{:-<8}|{:-<18}|{:-<8}|",
-        "", "", "", "", "", "", ""
-    );
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "| {:<16} | {:<7} | {:>4} | {:>4.1}% | {:<6} | {:<16} | {:>5.1}s |",
-            r.program,
-            r.role,
-            r.mtu,
-            r.loss_pct,
-            if r.ok { "pass" } else { "FAIL" },
-            r.figure,
-            r.secs
-        );
-    }
-    s
-}
-
-/// `program,ferroce_role,mtu,loss_pct,result,figure`.
-pub fn csv(rows: &[RunResult]) -> String {
-    let mut s = String::from("program,ferroce_role,mtu,loss_pct,result,figure\n");
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{}",
-            r.program,
-            r.role,
-            r.mtu,
-            r.loss_pct,
-            if r.ok { "pass" } else { "fail" },
-            r.figure.replace(',', ";")
-        );
-    }
-    s
-}
-
-const USAGE: &str = "usage: ferroce interop rxe [--programs a,b] [--mtu 1024,4096] [--roles server,client] [--loss PCT] [--csv FILE] [--timeout SECS] [--verbose]
-  Runs unmodified verbs programs with ferroce (RoCEv2 device, verbs shim, DPDK engine) against
-  Linux soft-RoCE (rdma_rxe) in a qemu VM, each program with ferroce as server and as client.
-  Needs root; installs qemu-system-x86, busybox-static, perftest, ... from Debian when missing.
-  Programs: ibv_rc_pingpong ibv_ud_pingpong ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw
-  ib_write_lat rping (default: all; rping connects through the CMs: ferroce's IBTA CM on QP1).";
-
-/// Matrix options.
-#[derive(Clone, Debug)]
-pub struct Options {
-    pub programs: Vec<Program>,
-    pub mtus: Vec<u32>,
-    pub roles: Vec<Role>,
-    pub loss_pct: f64,
-    pub csv: Option<PathBuf>,
-    pub limit: Duration,
-    pub verbose: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            programs: PROGRAMS.to_vec(),
-            mtus: vec![1024, 4096],
-            roles: vec![Role::Server, Role::Client],
-            loss_pct: 0.0,
-            csv: None,
-            limit: Duration::from_secs(120),
-            verbose: false,
-        }
-    }
-}
-
-pub fn parse_args(args: &[String]) -> Result<Options, String> {
-    let mut o = Options::default();
-    let mut it = args.iter();
-    let list = |v: Option<&String>, what: &str| -> Result<Vec<String>, String> {
-        Ok(v.ok_or(format!("{what} needs a value"))?
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect())
-    };
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "rxe" => {}
-            "--programs" | "-p" => {
-                o.programs = list(it.next(), a)?
-                    .iter()
-                    .map(|n| program(n).ok_or(format!("unknown program {n}")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--mtu" => {
-                o.mtus = list(it.next(), a)?
-                    .iter()
-                    .map(|m| match m.as_str() {
-                        "1024" => Ok(1024),
-                        "4096" => Ok(4096),
-                        _ => Err(format!("--mtu: {m}: expected 1024 or 4096")),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            "--roles" => {
-                o.roles = list(it.next(), a)?
-                    .iter()
-                    .map(|r| match r.as_str() {
-                        "server" => Ok(Role::Server),
-                        "client" => Ok(Role::Client),
-                        _ => Err(format!("--roles: {r}: expected server or client")),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            "--loss" => {
-                o.loss_pct = it
-                    .next()
-                    .and_then(|v| v.trim_end_matches('%').parse().ok())
-                    .filter(|v: &f64| (0.0..100.0).contains(v))
-                    .ok_or("--loss needs a percentage in [0, 100)")?
-            }
-            "--csv" => o.csv = Some(PathBuf::from(it.next().ok_or("--csv needs a file")?)),
-            "--timeout" => {
-                o.limit = Duration::from_secs(
-                    it.next()
-                        .and_then(|v| v.parse().ok())
-                        .ok_or("--timeout needs seconds")?,
-                )
-            }
-            "--verbose" | "-v" => o.verbose = true,
-            "-h" | "--help" => return Err(String::new()),
-            x => return Err(format!("unknown argument {x}")),
-        }
-    }
-    Ok(o)
-}
-
-/// Run the matrix: one session (lab + one VM) per MTU, every program × role in it.
-pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<RunResult>, String> {
-    prerequisites()?;
-    let _g = crate::VM_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let img = image::prepare()?;
-    let mut rows = Vec::new();
-    for &mtu in &o.mtus {
-        let mut s = Session::start_with(&img, 1, link_mtu_for(mtu), &format!("m{mtu}"), true)?;
-        for p in &o.programs {
-            for &role in &o.roles {
-                let r = match s.ferroce_vs_rxe(p, role, mtu, o.loss_pct / 100.0, o.limit) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        // The VM's command channel may be out of step: start over.
-                        let r = RunResult {
-                            program: p.name,
-                            role: role.as_str(),
-                            mtu,
-                            loss_pct: o.loss_pct,
-                            ok: false,
-                            figure: "-".into(),
-                            secs: 0.0,
-                            detail: e,
-                        };
-                        drop(s);
-                        s = Session::start_with(
-                            &img,
-                            1,
-                            link_mtu_for(mtu),
-                            &format!("m{mtu}r"),
-                            true,
-                        )?;
-                        r
-                    }
-                };
-                each(&r);
-                rows.push(r);
-            }
-        }
-        // Every run of this MTU was captured on the VM's NIC (both directions): ferroce's
-        // RoCEv2 codec and tshark must agree on every packet and every ICRC must be valid.
-        let t0 = Instant::now();
-        s.vms[0].shutdown();
-        let r = match crate::wirecheck::check(&s.pcap(0)) {
-            Ok(w) => RunResult {
-                program: "wire-check",
-                role: "both",
-                mtu,
-                loss_pct: o.loss_pct,
-                ok: w.ok(),
-                figure: format!(
-                    "{} pkts, {} bad ICRC, {} UD, {} CM MADs",
-                    w.packets,
-                    w.icrc_bad,
-                    w.ud_deth_checked,
-                    w.cm_mads.iter().map(|(_, n)| n).sum::<usize>()
-                ),
-                secs: t0.elapsed().as_secs_f64(),
-                detail: format!("{w:?}"),
-            },
-            Err(e) => RunResult {
-                program: "wire-check",
-                role: "both",
-                mtu,
-                loss_pct: o.loss_pct,
-                ok: false,
-                figure: "-".into(),
-                secs: t0.elapsed().as_secs_f64(),
-                detail: e,
-            },
-        };
-        each(&r);
-        rows.push(r);
-    }
-    Ok(rows)
-}
-
-/// `ferroce interop rxe [...]`: prints the matrix table, writes `--csv`; 0 when all pass.
-pub fn main_interop(args: &[String]) -> i32 {
-    let o = match parse_args(args) {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("ferroce interop: {e}");
-            }
-            eprintln!("{USAGE}");
-            return if e.is_empty() { 0 } else { 2 };
-        }
-    };
-    let t0 = Instant::now();
-    let verbose = o.verbose;
-    let rows = match run_matrix(&o, |r| {
-        eprintln!(
-            "ferroce interop: {} ferroce={} mtu={} {} {} ({:.1} s)",
-            r.program,
-            r.role,
-            r.mtu,
-            if r.ok { "pass" } else { "FAIL" },
-            r.figure,
-            r.secs
-        );
-        if verbose || !r.ok {
-            eprintln!("{}", r.detail);
-        }
-    }) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("ferroce interop: {e}");
-            return 2;
-        }
-    };
-    print!("{}", table(&rows));
-    println!(
-        "{} of {} passed in {:.0} s",
-        rows.iter().filter(|r| r.ok).count(),
-        rows.len(),
-        t0.elapsed().as_secs_f64()
-    );
-    if let Some(p) = &o.csv {
-        if let Err(e) = std::fs::write(p, csv(&rows)) {
-            eprintln!("ferroce interop: {}: {e}", p.display());
-            return 2;
-        }
-    }
-    if rows.iter().all(|r| r.ok) {
-        0
-    } else {
-        1
     }
 }
 
@@ -895,41 +700,5 @@ mod tests {
         assert_eq!(mtu_args(&p, 4096), "-g 1 -c -n 100 -s 4096");
         let p = program("ibv_rc_pingpong").unwrap();
         assert_eq!(mtu_args(&p, 1024), "-g 1 -c -n 100 -m 1024");
-    }
-
-    #[test]
-    fn parses_arguments_and_writes_csv() {
-        let a: Vec<String> = [
-            "rxe",
-            "--programs",
-            "ib_write_bw",
-            "--mtu",
-            "1024",
-            "--roles",
-            "client",
-            "--loss",
-            "1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let o = parse_args(&a).unwrap();
-        assert_eq!(o.programs.len(), 1);
-        assert_eq!(o.mtus, vec![1024]);
-        assert_eq!(o.roles, vec![Role::Client]);
-        assert_eq!(o.loss_pct, 1.0);
-        assert!(parse_args(&["--mtu".to_string(), "2048".to_string()]).is_err());
-        let r = RunResult {
-            program: "ib_write_bw",
-            role: "client",
-            mtu: 1024,
-            loss_pct: 1.0,
-            ok: true,
-            figure: "1.00 MB/s".into(),
-            secs: 1.0,
-            detail: String::new(),
-        };
-        assert_eq!(csv(std::slice::from_ref(&r)), "program,ferroce_role,mtu,loss_pct,result,figure\nib_write_bw,client,1024,1,pass,1.00 MB/s\n");
-        assert!(table(&[r]).contains("| ib_write_bw      | client  | 1024 |"));
     }
 }

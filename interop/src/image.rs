@@ -54,6 +54,8 @@ const HOST_PACKAGES: &[(&str, &str)] = &[
     ("ibverbs-utils", "/usr/bin/ibv_rc_pingpong"),
     ("perftest", "/usr/bin/ib_write_bw"),
     ("rdmacm-utils", "/usr/bin/rping"),
+    // --rxe-loss and the bridge's RoCEv2 packet counts (wireloss.rs).
+    ("nftables", "/usr/sbin/nft"),
     (
         "ibverbs-providers",
         "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so",

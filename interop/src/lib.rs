@@ -12,11 +12,13 @@ pub mod apps;
 pub mod cpio;
 pub mod image;
 pub mod lab;
+pub mod matrix;
 pub mod util;
 pub mod vm;
 pub mod wirecheck;
+pub mod wireloss;
 
-pub use apps::main_interop;
+pub use matrix::main_interop;
 
 /// Whether this process can run the VM harness (root: namespaces, taps, apt).
 pub fn can_run() -> Result<(), String> {

@@ -169,6 +169,8 @@ pub struct RoceCounters {
     pub implicit_naks: u64,
     /// READ response gaps answered by re-issuing the READ at once.
     pub read_gap_retries: u64,
+    /// READ responses and ATOMIC ACKs beyond a gap already answered by a re-issue: discarded.
+    pub rx_out_of_order_responses: u64,
     pub rnr_waits: u64,
     pub read_responses_sent: u64,
     pub atomic_acks_sent: u64,

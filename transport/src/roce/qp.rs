@@ -109,10 +109,12 @@ struct Requester {
     rnr_until: Option<u64>,
     rd_atomic_inflight: u32,
     since_ack_req: u32,
-    /// A READ response gap was answered with a re-issue; further gaps of the same READ are
-    /// ignored until progress (the later responses of that READ were sent before the
-    /// responder saw the re-issue).
-    gap_retried: bool,
+    /// After a re-issue for a missing READ response: how many more out-of-order responses
+    /// to discard before another gap may re-issue again. The responses the responder sent
+    /// before it saw the re-issue (at most the PSNs then in flight) arrive first and are no
+    /// news; once that many passed, a gap is in the re-issue's own responses. Cleared on
+    /// progress.
+    gap_skip: Option<u32>,
 }
 
 /// The message being received.
@@ -257,7 +259,7 @@ impl Qp {
                 rnr_until: None,
                 rd_atomic_inflight: 0,
                 since_ack_req: 0,
-                gap_retried: false,
+                gap_skip: None,
             },
             resp: Responder {
                 epsn: rq_psn & wire::PSN_MASK,
@@ -561,7 +563,7 @@ impl Qp {
         let r = &mut self.req;
         r.retry_left = ctx.cfg.retry_cnt;
         r.rnr_left = ctx.cfg.rnr_retry;
-        r.gap_retried = false;
+        r.gap_skip = None;
         r.timer = if psn::lt(r.una, r.hw_psn) {
             Self::timeout_ns(ctx.cfg).map(|t| ctx.now + t)
         } else {
@@ -626,7 +628,7 @@ impl Qp {
         }
         if implicit && self.state == QpState::Rts {
             ctx.counters.implicit_naks += 1;
-            self.retry(ctx);
+            self.on_response_gap(ctx);
         }
         self.fix_cursor();
     }
@@ -718,12 +720,10 @@ impl Qp {
                 self.on_progress(ctx);
             }
             if implicit {
-                // An earlier READ/ATOMIC lost its response: go back to it. (Not once per gap:
-                // measured, an extra rewind costs far less than the timeout a suppressed one
-                // can leave behind.)
+                // An earlier READ/ATOMIC lost its response: go back to it, once per gap (the
+                // responses of later requests already on their way are not news).
                 ctx.counters.implicit_naks += 1;
-                self.retry(ctx);
-                self.fix_cursor();
+                self.on_response_gap(ctx);
                 return false;
             }
         }
@@ -747,13 +747,9 @@ impl Qp {
             return;
         }
         if d > 0 {
-            // A response was lost: re-issue the READ from the first missing PSN, once per
-            // gap (IBTA lets the requester retry; rxe waits for its timer instead).
-            if !self.req.gap_retried {
-                self.req.gap_retried = true;
-                ctx.counters.read_gap_retries += 1;
-                self.retry(ctx);
-            }
+            // A response was lost: re-issue the READ from the first missing PSN at once
+            // (IBTA lets the requester retry; rxe waits for its timer instead).
+            self.on_response_gap(ctx);
             return;
         }
         let k = psn::diff(p, w.first_psn) as u32;
@@ -779,6 +775,26 @@ impl Qp {
             self.on_progress(ctx);
         }
         self.fix_cursor();
+    }
+
+    /// A response beyond the next expected one (its predecessor was lost): re-issue from the
+    /// oldest unacknowledged PSN (a READ for the rest of the message, then the requests after
+    /// it, whose responses this requester discards out of order), unless a re-issue is
+    /// already under way and this may be one of the responses sent before it was seen.
+    fn on_response_gap(&mut self, ctx: &mut Ctx) {
+        match self.req.gap_skip {
+            Some(n) if n > 0 => {
+                self.req.gap_skip = Some(n - 1);
+                ctx.counters.rx_out_of_order_responses += 1;
+            }
+            _ => {
+                let in_flight = psn::diff(self.req.hw_psn, self.req.una).max(0) as u32;
+                ctx.counters.read_gap_retries += 1;
+                self.retry(ctx);
+                self.fix_cursor();
+                self.req.gap_skip = Some(in_flight);
+            }
+        }
     }
 
     fn on_atomic_ack(&mut self, ctx: &mut Ctx, pkt: &Packet) {
