@@ -131,8 +131,9 @@ fn deliver() {
         std::iter::from_fn(|| s.cm.poll_event()).collect()
     };
     for e in events {
-        let (f, pd) = ffi_event(&e);
-        ffi_deliver(f, &pd);
+        if let Some((f, pd)) = ffi_event(&e) {
+            ffi_deliver(f, &pd);
+        }
     }
 }
 
@@ -167,7 +168,7 @@ fn ffi_qp(q: &QpInfo) -> FfiQp {
     }
 }
 
-fn ffi_event(e: &CmEvent) -> (FfiEvent, Vec<u8>) {
+fn ffi_event(e: &CmEvent) -> Option<(FfiEvent, Vec<u8>)> {
     let mut f = FfiEvent::empty();
     let pd = match e {
         CmEvent::ConnectRequest {
@@ -225,8 +226,14 @@ fn ffi_event(e: &CmEvent) -> (FfiEvent, Vec<u8>) {
             f.id = id.0;
             private_data.clone()
         }
+        // No UD id exists on this interface yet (librdmacm refuses RDMA_PS_UDP), so nobody
+        // listens in a UD port space or sends a SIDR_REQ: these cannot arise.
+        CmEvent::SidrRequest { .. } | CmEvent::SidrResponse { .. } => {
+            crate::state::dbg_log!("CM: SIDR event without a UD id: {e:?}");
+            return None;
+        }
     };
-    (f, pd)
+    Some((f, pd))
 }
 
 /// The native transport with the CM beside it.
