@@ -51,7 +51,7 @@ fn ffi_qp(q: &CmQp) -> FfiQp {
     }
 }
 
-fn ffi_event(e: &RoceCmEvent) -> (FfiEvent, Vec<u8>) {
+fn ffi_event(e: &RoceCmEvent) -> Option<(FfiEvent, Vec<u8>)> {
     let mut f = FfiEvent::empty();
     let pd = match e {
         RoceCmEvent::ConnectRequest {
@@ -112,8 +112,14 @@ fn ffi_event(e: &RoceCmEvent) -> (FfiEvent, Vec<u8>) {
             f.id = id.0;
             Vec::new()
         }
+        // No UD id exists on this interface yet (librdmacm refuses RDMA_PS_UDP): nobody
+        // listens in a UD port space or sends a SIDR_REQ, so these cannot arise.
+        RoceCmEvent::SidrRequest { .. } | RoceCmEvent::SidrResponse { .. } => {
+            crate::state::dbg_log!("CM: SIDR event without a UD id: {e:?}");
+            return None;
+        }
     };
-    (f, pd)
+    Some((f, pd))
 }
 
 /// Hand the CM's queued events to librdmacm (engine thread).
@@ -121,7 +127,9 @@ fn deliver(ep: &mut RoceEndpoint) {
     let Some(cm) = ep.cm_mut() else { return };
     let events: Vec<RoceCmEvent> = std::iter::from_fn(|| cm.poll_event()).collect();
     for e in events {
-        let (f, pd) = ffi_event(&e);
+        let Some((f, pd)) = ffi_event(&e) else {
+            continue;
+        };
         ffi_deliver(f, &pd);
     }
 }
