@@ -20,6 +20,8 @@ fn attr_name(a: CmAttr) -> &'static str {
         CmAttr::Rtu => "RTU",
         CmAttr::Dreq => "DREQ",
         CmAttr::Drep => "DREP",
+        CmAttr::SidrReq => "SIDR_REQ",
+        CmAttr::SidrRep => "SIDR_REP",
     }
 }
 use std::net::Ipv4Addr;

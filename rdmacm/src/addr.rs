@@ -114,14 +114,17 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     let flags = h.map_or(0, |h| h.ai_flags);
     let passive = flags & RAI_PASSIVE as c_int != 0;
     let ps = h.map_or(0, |h| h.ai_port_space);
-    if ps != 0 && ps != RDMA_PS_TCP as c_int && ps != RDMA_PS_IB as c_int {
+    let ud = ps == RDMA_PS_UDP as c_int;
+    if ps != 0 && ps != RDMA_PS_TCP as c_int && ps != RDMA_PS_IB as c_int && !ud {
         return fail(libc::EPROTONOSUPPORT);
     }
+    // RDMA_PS_UDP goes with UD QPs, the others with RC.
+    let qp_type = if ud { IBV_QPT_UD } else { IBV_QPT_RC } as c_int;
     if let Some(h) = h {
         if h.ai_family != 0 && h.ai_family != libc::AF_INET {
             return fail(libc::EAFNOSUPPORT);
         }
-        if h.ai_qp_type != 0 && h.ai_qp_type != IBV_QPT_RC as c_int {
+        if h.ai_qp_type != 0 && h.ai_qp_type != qp_type {
             return fail(libc::EPROTONOSUPPORT);
         }
     }
@@ -149,7 +152,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     let r = unsafe { &mut *ai };
     r.ai_flags = flags;
     r.ai_family = libc::AF_INET;
-    r.ai_qp_type = IBV_QPT_RC as c_int;
+    r.ai_qp_type = qp_type;
     r.ai_port_space = if ps == 0 { RDMA_PS_TCP as c_int } else { ps };
     let sin = std::mem::size_of::<libc::sockaddr_in>() as u32;
     if passive {

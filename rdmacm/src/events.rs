@@ -93,6 +93,23 @@ fn process(e: &mut EvPriv) -> Option<()> {
                 }
             }
         }
+        RDMA_CM_EVENT_ESTABLISHED if e.kind == shim::SIDR_RESPONSE => {
+            let remote = {
+                let mut st = lock(&p.st);
+                st.phase = Phase::Connected;
+                st.peer_qp.qpn = e.qp.qpn;
+                st.remote
+            };
+            // SAFETY: `ud` is the member set_ud filled; plain data.
+            let a = unsafe { &mut e.ev.param.ud.ah_attr };
+            // The peer as RoCE addresses it (the shim's GIDs are IPv4-mapped), as
+            // rdma_cm's path record gives it.
+            a.is_global = 1;
+            a.port_num = 1;
+            a.grh.dgid = gid_of(*remote.ip());
+            a.grh.sgid_index = 1;
+            a.grh.hop_limit = 64;
+        }
         RDMA_CM_EVENT_ESTABLISHED => lock(&p.st).phase = Phase::Connected,
         RDMA_CM_EVENT_DISCONNECTED => {
             qp::to_error(p);

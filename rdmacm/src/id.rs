@@ -1,5 +1,6 @@
 //! Event channels, cm ids and their life cycle for RDMA_PS_TCP (and RDMA_PS_IB's RC use):
-//! bind, resolve, listen, connect, accept, reject, disconnect, and the events.
+//! bind, resolve, listen, connect, accept, reject, disconnect, and the events. RDMA_PS_UDP
+//! ids connect by service-ID resolution (SIDR): accept / reject answer it, no disconnect.
 //!
 //! Addresses: a program names ordinary IPv4 addresses; `addr::map` turns each into the
 //! address of the engine that serves it (README "librdmacm"). Address and route resolution
@@ -13,6 +14,7 @@ use crate::qp;
 use crate::shim::{self, FfiEvent, FfiQp};
 use crate::state::*;
 use crate::sys::*;
+use crate::ud::{is_ud, sidr_answer, SIDR_REJECT, SIDR_SUCCESS};
 use std::ffi::{c_int, c_void};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Mutex;
@@ -125,7 +127,11 @@ fn new_id(
         context,
         ps,
         port_num: 1,
-        qp_type: IBV_QPT_RC,
+        qp_type: if ps == RDMA_PS_UDP {
+            IBV_QPT_UD
+        } else {
+            IBV_QPT_RC
+        },
         ..Default::default()
     };
     Some(Box::into_raw(Box::new(IdPriv {
@@ -189,8 +195,9 @@ pub unsafe extern "C" fn rdma_create_id(
     if id.is_null() {
         return fail(libc::EINVAL);
     }
-    // Connected RC service only: UD (RDMA_PS_UDP, RDMA_PS_IPOIB) is not implemented.
-    if ps != RDMA_PS_TCP && ps != RDMA_PS_IB {
+    // RC (RDMA_PS_TCP, RDMA_PS_IB) and UD with service-ID resolution (RDMA_PS_UDP);
+    // RDMA_PS_IPOIB (IPoIB's Q_Key and multicast) is not implemented.
+    if ps != RDMA_PS_TCP && ps != RDMA_PS_IB && ps != RDMA_PS_UDP {
         return fail(libc::EPROTONOSUPPORT);
     }
     if !chan.is_null() && !lock(global()).chans.contains_key(&(chan as usize)) {
@@ -543,7 +550,9 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, c: *mut rdma_conn_par
     };
     let c = conn_param(c);
     let (pd, len) = private_of(c);
-    if len as usize > 56 {
+    // What rdma_cm leaves of a REQ's (SIDR_REQ's) private data after its own header.
+    let max = if is_ud(p) { 180 } else { 56 };
+    if len as usize > max {
         return fail(libc::EINVAL);
     }
     let (phase, local, remote) = {
@@ -599,6 +608,9 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, c: *mut rdma_conn_para
     if phase != Phase::Request {
         return fail(libc::EINVAL);
     }
+    if is_ud(p) {
+        return sidr_answer(p, SIDR_SUCCESS, c.map_or(0, |c| c.qp_num), pd, len);
+    }
     if !p.cm().qp.is_null() {
         if let Err(e) = qp::connect_qp(p) {
             return fail(e);
@@ -633,6 +645,9 @@ pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, pd: *const c_void, len
     let Some(p) = id_of(id) else {
         return fail(libc::EINVAL);
     };
+    if is_ud(p) {
+        return sidr_answer(p, SIDR_REJECT, 0, pd as *const u8, len);
+    }
     let comm = lock(&p.st).comm;
     let Some(ops) = shim::ops() else {
         return fail(libc::ENODEV);

@@ -4,6 +4,7 @@
 //! `libibverbs.so.1`, whose private CM interface (verbs-shim/src/cm.rs) it drives.
 //!
 //! - [`id`]: event channels, cm ids, the connection life cycle.
+//! - [`ud`]: RDMA_PS_UDP ids' answers to a service-ID resolution.
 //! - [`events`]: getting, processing and acknowledging events.
 //! - [`qp`]: queue pairs over the public verbs ABI and the transitions the CM drives.
 //! - [`addr`]: the address rule, `rdma_getaddrinfo`, the synchronous `rdma_create_ep` layer.
@@ -20,4 +21,5 @@ pub mod qp;
 pub mod shim;
 pub mod state;
 pub mod sys;
+pub mod ud;
 pub mod verbs;

@@ -252,11 +252,13 @@ pub fn create_qp(p: &IdPriv, pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Resul
         // Neither bound nor resolved: no device yet.
         return Err(libc::EINVAL);
     }
-    // 0 (unset, as rdma_client leaves it): the id's type, which is RC here.
+    // 0 (unset, as rdma_client leaves it): the id's type (RC, or UD for RDMA_PS_UDP).
+    let ud = id.ps == RDMA_PS_UDP;
+    let want = if ud { IBV_QPT_UD } else { IBV_QPT_RC };
     if a.qp_type == 0 {
-        a.qp_type = IBV_QPT_RC;
+        a.qp_type = want;
     }
-    if a.qp_type != IBV_QPT_RC {
+    if a.qp_type != want {
         return Err(libc::EOPNOTSUPP);
     }
     if !id.qp.is_null() {
@@ -285,11 +287,56 @@ pub fn create_qp(p: &IdPriv, pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Resul
     // SAFETY: fills 3 bytes of a live buffer.
     unsafe { libc::getrandom(r.as_mut_ptr() as *mut libc::c_void, 3, 0) };
     lock(&p.st).my_psn = u32::from_le_bytes(r) & 0x00ff_ffff;
-    if let Err(e) = modify(p, IBV_QPS_INIT) {
+    // A UD QP needs no peer: all the way to RTS with rdma_cm's Q_Key, as librdmacm does.
+    let r = if ud {
+        ud_to_rts(qp)
+    } else {
+        modify(p, IBV_QPS_INIT)
+    };
+    if let Err(e) = r {
         // SAFETY: the QP just created.
         unsafe { ibv_destroy_qp(qp) };
         id.qp = std::ptr::null_mut();
         return Err(e);
+    }
+    Ok(())
+}
+
+/// A new UD QP to INIT (Q_Key RDMA_UDP_QKEY), RTR and RTS (send PSN 0).
+fn ud_to_rts(qp: *mut ibv_qp) -> Result<(), c_int> {
+    let steps = [
+        (
+            ibv_qp_attr {
+                qp_state: IBV_QPS_INIT,
+                pkey_index: 0,
+                port_num: 1,
+                qkey: RDMA_UDP_QKEY,
+                ..Default::default()
+            },
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+        ),
+        (
+            ibv_qp_attr {
+                qp_state: IBV_QPS_RTR,
+                ..Default::default()
+            },
+            IBV_QP_STATE,
+        ),
+        (
+            ibv_qp_attr {
+                qp_state: IBV_QPS_RTS,
+                sq_psn: 0,
+                ..Default::default()
+            },
+            IBV_QP_STATE | IBV_QP_SQ_PSN,
+        ),
+    ];
+    for (mut a, mask) in steps {
+        // SAFETY: a live QP of the shim and a filled attribute struct.
+        let r = unsafe { ibv_modify_qp(qp, &mut a, mask as c_int) };
+        if r != 0 {
+            return Err(r);
+        }
     }
     Ok(())
 }

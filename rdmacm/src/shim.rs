@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 /// The interface version this library speaks (`ferroce_cm_abi()`).
-pub const ABI: u32 = 2;
+pub const ABI: u32 = 3;
 
 pub const CONNECT_REQUEST: u32 = 1;
 pub const CONNECT_RESPONSE: u32 = 2;
@@ -15,6 +15,8 @@ pub const ESTABLISHED: u32 = 3;
 pub const REJECTED: u32 = 4;
 pub const UNREACHABLE: u32 = 5;
 pub const DISCONNECTED: u32 = 6;
+/// A UD connect's SIDR_REP: `reason` its status, `qp.qpn` and `qkey` the peer's.
+pub const SIDR_RESPONSE: u32 = 7;
 
 /// Mirrors `ferroce_verbs::cm::FfiQp`.
 #[repr(C)]
@@ -43,6 +45,7 @@ pub struct FfiEvent {
     pub pd_len: u32,
     pub pd: *const u8,
     pub mtu: u32,
+    pub qkey: u32,
 }
 
 pub type Callback = unsafe extern "C" fn(ev: *const FfiEvent, ctx: *mut c_void);
@@ -60,6 +63,7 @@ pub struct Ops {
     pub establish: unsafe extern "C" fn(u32, *const u8, u8) -> c_int,
     pub disconnect: unsafe extern "C" fn(u32, *const u8, u8) -> c_int,
     pub release: unsafe extern "C" fn(u32) -> c_int,
+    pub sidr_reply: unsafe extern "C" fn(u32, u8, u32, u32, *const u8, u8) -> c_int,
 }
 
 fn sym(name: &CStr) -> Option<*mut c_void> {
@@ -97,6 +101,7 @@ pub fn ops() -> Option<&'static Ops> {
             establish: get!(c"ferroce_cm_establish"),
             disconnect: get!(c"ferroce_cm_disconnect"),
             release: get!(c"ferroce_cm_release"),
+            sidr_reply: get!(c"ferroce_cm_sidr_reply"),
         })
     })
     .as_ref()

@@ -253,6 +253,23 @@ pub fn set_conn(e: &mut EvPriv, pd: Vec<u8>, qp: &FfiQp) {
     c.qp_num = qp.qpn;
 }
 
+/// A UD event's `param.ud` (its `ah_attr` is filled from the id when the application
+/// reads the event: `events::process`).
+pub fn set_ud(e: &mut EvPriv, pd: Vec<u8>, qpn: u32, qkey: u32) {
+    e.pd = pd;
+    e.qp.qpn = qpn;
+    // SAFETY: `ud` is the union member for UD port spaces; plain data.
+    let u = unsafe { &mut e.ev.param.ud };
+    u.private_data = if e.pd.is_empty() {
+        std::ptr::null()
+    } else {
+        e.pd.as_ptr() as *const c_void
+    };
+    u.private_data_len = e.pd.len() as u8;
+    u.qp_num = qpn;
+    u.qkey = qkey;
+}
+
 pub fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
     libc::sockaddr_in {
         sin_family: libc::AF_INET as u16,
@@ -334,7 +351,11 @@ pub unsafe extern "C" fn on_event(ev: *const FfiEvent, _ctx: *mut c_void) {
         let mut ev = event(child as *mut rdma_cm_id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
         ev.ev.listen_id = lp as *mut rdma_cm_id;
         ev.kind = e.kind;
-        set_conn(&mut ev, pd, &e.qp);
+        if e.port_space == RDMA_PS_UDP as u16 {
+            set_ud(&mut ev, pd, 0, 0);
+        } else {
+            set_conn(&mut ev, pd, &e.qp);
+        }
         l.chan().push(ev);
         return;
     }
@@ -344,11 +365,20 @@ pub unsafe extern "C" fn on_event(ev: *const FfiEvent, _ctx: *mut c_void) {
         shim::REJECTED => (RDMA_CM_EVENT_REJECTED, e.reason as c_int),
         shim::UNREACHABLE => (RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT),
         shim::DISCONNECTED => (RDMA_CM_EVENT_DISCONNECTED, 0),
+        // A resolved UD connect is ESTABLISHED (param.ud: the peer's QPN and Q_Key, its
+        // address handle attributes filled when the application reads it); a refused one
+        // UNREACHABLE with the SIDR status, as Linux's rdma_cm reports it.
+        shim::SIDR_RESPONSE if e.reason == 0 => (RDMA_CM_EVENT_ESTABLISHED, 0),
+        shim::SIDR_RESPONSE => (RDMA_CM_EVENT_UNREACHABLE, e.reason as c_int),
         _ => return,
     };
     let mut ev = event(std::ptr::null_mut(), ty, status);
     ev.kind = e.kind;
-    set_conn(&mut ev, pd, &e.qp);
+    if e.kind == shim::SIDR_RESPONSE {
+        set_ud(&mut ev, pd, e.qp.qpn, e.qkey);
+    } else {
+        set_conn(&mut ev, pd, &e.qp);
+    }
     match g.by_comm.get(&e.id) {
         Some(&p) => {
             ev.ev.id = p as *mut rdma_cm_id;

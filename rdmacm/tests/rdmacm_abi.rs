@@ -161,6 +161,7 @@ fn the_private_cm_interface_matches_the_shims() {
         (r::REJECTED, s::kind::REJECTED),
         (r::UNREACHABLE, s::kind::UNREACHABLE),
         (r::DISCONNECTED, s::kind::DISCONNECTED),
+        (r::SIDR_RESPONSE, s::kind::SIDR_RESPONSE),
     ] {
         assert_eq!(a, b);
     }
@@ -178,5 +179,5 @@ fn the_private_cm_interface_matches_the_shims() {
     same!(FfiQp: qpn, start_psn, responder_resources, initiator_depth, retry_count,
         rnr_retry_count);
     same!(FfiEvent: kind, id, peer, local_addr, port_space, port, peer_port, reason, qp,
-        pd_len, pd, mtu);
+        pd_len, pd, mtu, qkey);
 }

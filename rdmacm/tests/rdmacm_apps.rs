@@ -28,6 +28,7 @@ fn prerequisites() -> Result<(), &'static str> {
     for b in [
         "/usr/bin/rping",
         "/usr/bin/ucmatose",
+        "/usr/bin/udaddy",
         "/usr/bin/ib_write_bw",
     ] {
         if !Path::new(b).exists() {
@@ -170,6 +171,19 @@ fn pair_test_on(
     map: &str,
     check: impl Fn(&str, &str) -> Result<(), String>,
 ) {
+    pair_test_at(device, tag, &[0.0, 0.01], server, client, map, check)
+}
+
+/// [`pair_test_on`] at the given loss rates.
+fn pair_test_at(
+    device: &'static str,
+    tag: &str,
+    losses: &[f64],
+    server: &str,
+    client: &str,
+    map: &str,
+    check: impl Fn(&str, &str) -> Result<(), String>,
+) {
     if let Err(why) = prerequisites() {
         eprintln!("SKIP: {why}");
         return;
@@ -177,7 +191,7 @@ fn pair_test_on(
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let env = Env::on(tag, device);
     let mut failures = Vec::new();
-    for loss in [0.0, 0.01] {
+    for &loss in losses {
         let t0 = Instant::now();
         let ((ct, cc), (st, sc)) = run_two(&env, server, client, loss, map);
         let r = if cc != Some(0) || sc != Some(0) {
@@ -264,6 +278,38 @@ fn ucmatose_through_the_address_map() {
             },
         );
     }
+}
+
+/// udaddy: RDMA_PS_UDP ids, UD QPs from rdma_create_qp, SIDR on connect (spec/cm.md §2.5,
+/// spec/rocev2.md §10), `event->param.ud` for ibv_create_ah, and UD sends both ways
+/// (the server answers from ibv_create_ah_from_wc), through the address map like ucmatose.
+#[test]
+fn udaddy_through_the_address_map() {
+    let ok = |t: &str| t.contains("data transfers complete") && t.contains("return status 0");
+    let check = |c: &str, s: &str| match (ok(c), ok(s)) {
+        (true, true) => Ok(()),
+        _ => Err("no \"data transfers complete\" / \"return status 0\"".into()),
+    };
+    let (server, client) = ("udaddy -c 4 -C 50", "udaddy -s 198.18.0.2 -c 4 -C 50");
+    let map = "198.18.0.2=198.18.0.12";
+    pair_test_on("ferroce0", "ud", server, client, map, check);
+    pair_test_at("ferroce0_rocev2", "ud2", &[0.0], server, client, map, check);
+    // RoCEv2's UD is IBTA UD: a lost datagram stays lost and udaddy waits for it forever, so
+    // at 1 % loss only the resolution (SIDR, retransmitted) runs: 4 ids, no messages.
+    let resolved =
+        |c: &str, s: &str| match (c.contains("return status 0"), s.contains("return status 0")) {
+            (true, true) => Ok(()),
+            _ => Err("no \"return status 0\"".into()),
+        };
+    pair_test_at(
+        "ferroce0_rocev2",
+        "ud3",
+        &[0.01],
+        "udaddy -c 4 -C 0",
+        "udaddy -s 198.18.0.2 -c 4 -C 0",
+        map,
+        resolved,
+    );
 }
 
 #[test]
@@ -355,25 +401,34 @@ fn perftest_send_lat_over_rdma_cm() {
 }
 
 /// What rping prints when connecting fails: REJECTED (no listener: reason 8), UNREACHABLE
-/// (nobody at the address: -ETIMEDOUT) and ADDR_ERROR (0.0.0.0).
+/// (nobody at the address: -ETIMEDOUT) and ADDR_ERROR (0.0.0.0); and udaddy (a UD id) with
+/// nobody listening: UNREACHABLE with the SIDR status 1, as Linux's rdma_cm reports it.
 #[test]
 fn connection_failures_are_the_documented_events() {
     connection_failures(
         "ferroce0",
         "f",
         &[
-            ("198.18.0.12", "cma event RDMA_CM_EVENT_REJECTED, error 8"),
+            (RPING_TO_12, "cma event RDMA_CM_EVENT_REJECTED, error 8"),
             (
-                "198.18.0.13",
+                "rping -c -a 198.18.0.13 -C 1",
                 "cma event RDMA_CM_EVENT_UNREACHABLE, error -110",
             ),
-            ("0.0.0.0", "cma event RDMA_CM_EVENT_ADDR_ERROR, error -99"),
+            (
+                "rping -c -a 0.0.0.0 -C 1",
+                "cma event RDMA_CM_EVENT_ADDR_ERROR, error -99",
+            ),
+            // A UD id: the SIDR_REP's status 1 (nobody serves the port), as Linux reports.
+            (
+                UDADDY_TO_12,
+                "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1",
+            ),
         ],
     );
 }
 
 /// The same over the RoCEv2 device's IBTA CM: REJECTED 8 (at the REQ's first retransmission,
-/// after the listen grace) and ADDR_ERROR. UNREACHABLE is left out: with rdma_cm's timers
+/// after the listen grace), ADDR_ERROR, and udaddy's UNREACHABLE 1 (SIDR_REP status 1). UNREACHABLE is left out: with rdma_cm's timers
 /// (16 REQs about 6.4 s apart, as Linux) it takes some 100 s.
 #[test]
 fn connection_failures_are_the_documented_events_rocev2() {
@@ -381,12 +436,23 @@ fn connection_failures_are_the_documented_events_rocev2() {
         "ferroce0_rocev2",
         "F",
         &[
-            ("198.18.0.12", "cma event RDMA_CM_EVENT_REJECTED, error 8"),
-            ("0.0.0.0", "cma event RDMA_CM_EVENT_ADDR_ERROR, error -99"),
+            (RPING_TO_12, "cma event RDMA_CM_EVENT_REJECTED, error 8"),
+            (
+                "rping -c -a 0.0.0.0 -C 1",
+                "cma event RDMA_CM_EVENT_ADDR_ERROR, error -99",
+            ),
+            (
+                UDADDY_TO_12,
+                "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1",
+            ),
         ],
     );
 }
 
+const RPING_TO_12: &str = "rping -c -a 198.18.0.12 -C 1";
+const UDADDY_TO_12: &str = "udaddy -s 198.18.0.12 -C 1";
+
+/// Each client command of `cases` must fail and print its message.
 fn connection_failures(device: &'static str, tag: &str, cases: &[(&str, &str)]) {
     if let Err(why) = prerequisites() {
         eprintln!("SKIP: {why}");
@@ -402,21 +468,18 @@ fn connection_failures(device: &'static str, tag: &str, cases: &[(&str, &str)]) 
         .expect("spawn idle server");
     std::thread::sleep(Duration::from_millis(1500));
     let mut failures = Vec::new();
-    for &(addr, want) in cases {
+    for &(cmd, want) in cases {
         let t0 = Instant::now();
-        let o = env
-            .side(0, &format!("rping -c -a {addr} -C 1"), 0.0, "", limit)
-            .output()
-            .expect("rping");
+        let o = env.side(0, cmd, 0.0, "", limit).output().expect("client");
         let t = text(&o);
         let ok = o.status.code() != Some(0) && t.contains(want);
         eprintln!(
-            "| rping -c -a {addr:<12} | {} | {want} ({:.1} s)",
+            "| {cmd:<30} | {} | {want} ({:.1} s)",
             if ok { "pass" } else { "FAIL" },
             t0.elapsed().as_secs_f64()
         );
         if !ok {
-            failures.push(format!("{addr}: want {want:?}, exit {:?}:\n{t}", o.status));
+            failures.push(format!("{cmd}: want {want:?}, exit {:?}:\n{t}", o.status));
         }
     }
     // SIGTERM to the one process this test started (timeout passes it on to rping).
@@ -427,7 +490,8 @@ fn connection_failures(device: &'static str, tag: &str, cases: &[(&str, &str)]) 
 
 /// tests/c/cm_private.c, built against the system rdma_cma.h and linked with -lrdmacm (ours
 /// at run time): private data in REQ and REP, a consumer REJ with private data (status 28),
-/// DISCONNECTED on both sides, RDMA_PS_UDP and rdma_join_multicast refused, the channel fd
+/// DISCONNECTED on both sides, RDMA_PS_IPOIB and rdma_join_multicast refused (an RDMA_PS_UDP
+/// id created as UD), the channel fd
 /// readable exactly when an event waits.
 #[test]
 fn private_data_reject_and_refusals_from_c() {

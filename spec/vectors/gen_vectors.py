@@ -802,7 +802,7 @@ v.seal()
 # Connection manager (cm.md section 1): vectors in spec/vectors/cm/, checked by the CM
 # codec's tests (transport/src/cm/tests.rs), not by the packet codec of sections 2-3.
 CM_OPCODES = {"CM_REQ": 0x40, "CM_REP": 0x41, "CM_RTU": 0x42, "CM_REJ": 0x43, "CM_DREQ": 0x44,
-              "CM_DREP": 0x45}
+              "CM_DREP": 0x45, "CM_SIDR_REQ": 0x46, "CM_SIDR_REP": 0x47}
 CM_OUT = []
 
 
@@ -853,6 +853,24 @@ def cm_short(v, op, dst, src, pd, reason=None):
         v.seg(pd, "private data, %d bytes" % len(pd))
 
 
+def cm_sidr_req(v, src, ps, dport, sport, dst_addr, pd, dst=0):
+    cm_base(v, "CM_SIDR_REQ", dst, src)
+    v.seg(u16(ps) + u16(dport) + u16(sport) + u8(len(pd)) + u8(0) + bytes(dst_addr),
+          "port_space 0x%04x, dst_port %d, src_port %d, pd_len %d, reserved, dst_addr %s"
+          % (ps, dport, sport, len(pd), ".".join(map(str, dst_addr))))
+    if pd:
+        v.seg(pd, "private data, %d bytes" % len(pd))
+
+
+def cm_sidr_rep(v, dst, src, status, qpn, qkey, pd, pd_len=None):
+    cm_base(v, "CM_SIDR_REP", dst, src)
+    n = len(pd) if pd_len is None else pd_len
+    v.seg(u8(status) + u8(n) + u16(0) + u32(qpn) + u32(qkey),
+          "status %d, pd_len %d, reserved 2 B, qpn 0x%06x, qkey 0x%08x" % (status, n, qpn, qkey))
+    if pd:
+        v.seg(pd, "private data, %d bytes" % len(pd))
+
+
 B_ADDR = [198, 18, 0, 12]
 v = cm_new("cm_req", "REQ for RDMA_PS_TCP port 7174 with 5 bytes of private data.")
 cm_req(v, 0x1a2b3c4d, 0x0106, 7174, 40001, 1, 0x00abcd, 0x000123, 1, 7, 7, B_ADDR, b"hello")
@@ -898,6 +916,33 @@ v.seal()
 v = cm_new("cm_rep_bad_crc", "REP with a corrupted trailer.", "BAD_CRC")
 cm_rep(v, 1, 2, 3, 4, 0, 0, 0, b"")
 v.seal(corrupt=True)
+v = cm_new("cm_sidr_req", "SIDR_REQ for RDMA_PS_UDP port 7174 with 5 bytes of private data.")
+cm_sidr_req(v, 0x1a2b3c4d, 0x0111, 7174, 40001, B_ADDR, b"hello")
+v.seal()
+v = cm_new("cm_sidr_req_pd_180", "SIDR_REQ with the most private data it carries (180 B).")
+cm_sidr_req(v, 0x00000001, 0x0111, 18515, 1, B_ADDR, bytes(i & 0xff for i in range(180)))
+v.seal()
+v = cm_new("cm_sidr_rep", "SIDR_REP answering cm_sidr_req: QP valid, QPN 0x000321, Q_Key 0x01234567, 5 bytes of private data.")
+cm_sidr_rep(v, 0x1a2b3c4d, 0x55667788, 0, 0x000321, 0x01234567, b"world")
+v.seal()
+v = cm_new("cm_sidr_rep_no_listener", "SIDR_REP of a SIDR_REQ for a port nobody listens on: status 1.")
+cm_sidr_rep(v, 0x1a2b3c4d, 0x00000009, 1, 0, 0, b"")
+v.seal()
+v = cm_new("cm_sidr_req_pd_181", "SIDR_REQ claiming 181 B of private data (limit 180).", "MALFORMED")
+cm_sidr_req(v, 1, 0x0111, 1, 1, B_ADDR, bytes(181))
+v.seal()
+v = cm_new("cm_sidr_req_dst_comm", "SIDR_REQ with a dst_comm (must be 0).", "MALFORMED")
+cm_sidr_req(v, 1, 0x0111, 1, 1, B_ADDR, b"", dst=5)
+v.seal()
+v = cm_new("cm_sidr_rep_pd_len_long", "SIDR_REP whose pd_len says 3 but carries 2 bytes.", "MALFORMED")
+cm_sidr_rep(v, 1, 2, 0, 1, 1, b"no", pd_len=3)
+v.seal()
+v = cm_new("cm_sidr_rep_qpn_25_bits", "SIDR_REP with a QPN over 24 bits.", "MALFORMED")
+cm_sidr_rep(v, 1, 2, 0, 0x01000000, 1, b"")
+v.seal()
+v = cm_new("cm_sidr_rep_dst_0", "SIDR_REP with dst_comm 0.", "MALFORMED")
+cm_sidr_rep(v, 0, 2, 0, 1, 1, b"")
+v.seal()
 v = cm_new("cm_drep_truncated", "DREP cut before its pd_len byte.", "TRUNCATED")
 v.seg(u8(1) + u8(0x45) + u8(0) + u8(0) + u32(5) + u32(6), "base and src_comm only")
 v.seg(u32(0), "4 bytes where a trailer would be")

@@ -14,8 +14,8 @@
 -- BAD_CRC: the drop counters of transport.md §11) with an expert error. Spec violations that
 -- do not make a receiver drop (reserved bits, flags on opcodes that do not define them) are
 -- expert notes. Unknown opcodes are flagged, never a Lua error, so a capture from a newer
--- version still dissects. The connection manager's packets (opcodes 0x40-0x45, spec/cm.md)
--- are decoded too, with cm.md §1.5's checks in its order.
+-- version still dissects. The connection manager's packets (opcodes 0x40-0x47, spec/cm.md)
+-- are decoded too, with cm.md §1.7's checks in its order.
 --
 -- tests/tests/dissector.rs runs the test vectors, mutations of them and live captures through
 -- this file and through the Rust codec (transport/src/wire) and requires the two to agree on
@@ -92,7 +92,7 @@ local OPS = {
     [0x30] = { name = "PROBE", h = 8, payload = false },
     [0x31] = { name = "PROBE_ACK", h = 8, payload = false },
     -- The connection manager (cm.md §1): `h` is the fixed part, private data follows
-    -- (`cm`: exempt from check 5, judged by cm.md §1.5 in dissect_cm; `pd_at`: pd_len's
+    -- (`cm`: exempt from check 5, judged by cm.md §1.7 in dissect_cm; `pd_at`: pd_len's
     -- offset, `pd_max`: its limit).
     [0x40] = { name = "CM_REQ", h = 28, payload = false, cm = true, pd_at = 18, pd_max = 56 },
     [0x41] = { name = "CM_REP", h = 16, payload = false, cm = true, pd_at = 23, pd_max = 196 },
@@ -100,6 +100,8 @@ local OPS = {
     [0x43] = { name = "CM_REJ", h = 8, payload = false, cm = true, pd_at = 15, pd_max = 148 },
     [0x44] = { name = "CM_DREQ", h = 8, payload = false, cm = true, pd_at = 12, pd_max = 220 },
     [0x45] = { name = "CM_DREP", h = 8, payload = false, cm = true, pd_at = 12, pd_max = 224 },
+    [0x46] = { name = "CM_SIDR_REQ", h = 16, payload = false, cm = true, pd_at = 18, pd_max = 180 },
+    [0x47] = { name = "CM_SIDR_REP", h = 16, payload = false, cm = true, pd_at = 13, pd_max = 136 },
 }
 
 local OPCODE_NAMES = {}
@@ -215,7 +217,7 @@ local f = {
     -- Connection manager (cm.md §1).
     cm_src_comm = ProtoField.uint32("ferroce.cm.src_comm", "Source comm id", base.HEX),
     cm_port_space = ProtoField.uint16("ferroce.cm.port_space", "Port space", base.HEX,
-        { [0x0106] = "RDMA_PS_TCP", [0x013F] = "RDMA_PS_IB" }),
+        { [0x0106] = "RDMA_PS_TCP", [0x013F] = "RDMA_PS_IB", [0x0111] = "RDMA_PS_UDP" }),
     cm_dst_port = ProtoField.uint16("ferroce.cm.dst_port", "Destination port", base.DEC),
     cm_src_port = ProtoField.uint16("ferroce.cm.src_port", "Source port", base.DEC),
     cm_pd_len = ProtoField.uint8("ferroce.cm.pd_len", "Private data length", base.DEC),
@@ -229,6 +231,9 @@ local f = {
     cm_reason = ProtoField.uint16("ferroce.cm.reason", "Reject reason", base.DEC,
         { [1] = "timeout", [8] = "invalid service id", [28] = "consumer" }),
     cm_private = ProtoField.bytes("ferroce.cm.private_data", "Private data"),
+    cm_sidr_status = ProtoField.uint8("ferroce.cm.sidr_status", "SIDR status", base.DEC,
+        { [0] = "QP valid", [1] = "service id not supported", [2] = "rejected" }),
+    cm_qkey = ProtoField.uint32("ferroce.cm.qkey", "Q_Key", base.HEX),
 
     -- Trailer (§2.15) and verdict (§3).
     crc = ProtoField.uint32("ferroce.crc", "CRC-32", base.HEX),
@@ -551,7 +556,7 @@ local function dissect_probe(tvb, tree, op, flags, info)
     info[#info + 1] = string.format("probe_seq=%d ts=%d", u32(tvb, 8), u32(tvb, 12))
 end
 
--- CM packets (cm.md §1): fields, then the §1.5 checks numbered to keep its order against the
+-- CM packets (cm.md §1): fields, then the §1.7 checks numbered to keep its order against the
 -- CRC's check 6: pd_len and length (5, before the CRC), comm ids and ranges (7, after it).
 local function dissect_cm(tvb, tree, st, op, n, info)
     local o = OPS[op]
@@ -577,6 +582,15 @@ local function dissect_cm(tvb, tree, st, op, n, info)
         add(f.cm_rnr_retry, 22, 1)
     elseif op == 0x43 then
         add(f.cm_reason, 12, 2)
+    elseif op == 0x46 then
+        add(f.cm_port_space, 12, 2)
+        add(f.cm_dst_port, 14, 2)
+        add(f.cm_src_port, 16, 2)
+        add(f.cm_dst_addr, 20, 4)
+    elseif op == 0x47 then
+        add(f.cm_sidr_status, 12, 1)
+        q_item = add(f.cm_qpn, 16, 4)
+        add(f.cm_qkey, 20, 4)
     end
     local pd_len = tvb(o.pd_at, 1):uint()
     local l_item = add(f.cm_pd_len, o.pd_at, 1)
@@ -590,8 +604,9 @@ local function dissect_cm(tvb, tree, st, op, n, info)
         add(f.cm_private, fixed, pd_len)
     end
     local dst, sc = u32(tvb, 4), u32(tvb, 8)
-    if op == 0x40 and dst ~= 0 then st.fail(tree, 7, "MALFORMED", "REQ with dst_comm != 0") end
-    if op ~= 0x40 and op ~= 0x43 and dst == 0 then st.fail(tree, 7, "MALFORMED", "dst_comm 0") end
+    local request = op == 0x40 or op == 0x46
+    if request and dst ~= 0 then st.fail(tree, 7, "MALFORMED", "REQ with dst_comm != 0") end
+    if not request and op ~= 0x43 and dst == 0 then st.fail(tree, 7, "MALFORMED", "dst_comm 0") end
     if op ~= 0x43 and sc == 0 then st.fail(src, 7, "MALFORMED", "src_comm 0") end
     if op == 0x40 or op == 0x41 then
         local qa = op == 0x40 and 20 or 12
@@ -601,6 +616,8 @@ local function dissect_cm(tvb, tree, st, op, n, info)
         local bad = op == 0x40 and (tvb(29, 1):uint() > 7 or tvb(30, 1):uint() > 7)
             or op == 0x41 and tvb(22, 1):uint() > 7
         if bad then st.fail(q_item, 7, "MALFORMED", "retry count over 7") end
+    elseif op == 0x47 and u32(tvb, 16) > 0xFFFFFF then
+        st.fail(q_item, 7, "MALFORMED", "QPN over 24 bits")
     end
     info[#info + 1] = string.format("src_comm=0x%08x pd_len=%d", sc, pd_len)
 end

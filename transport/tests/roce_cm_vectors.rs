@@ -23,7 +23,7 @@ fn dir() -> PathBuf {
 }
 
 fn is_bytes_key(k: &str) -> bool {
-    k == "private_data" || k == "ari" || k.ends_with("_gid")
+    k == "private_data" || k == "ari" || k == "info" || k.ends_with("_gid")
 }
 
 fn hex_bytes(s: &str) -> Vec<u8> {
@@ -114,6 +114,8 @@ fn fields_of(m: &CmMad) -> BTreeMap<String, Val> {
         CmAttr::Rtu => "RTU",
         CmAttr::Dreq => "DREQ",
         CmAttr::Drep => "DREP",
+        CmAttr::SidrReq => "SIDR_REQ",
+        CmAttr::SidrRep => "SIDR_REP",
     };
     let mut gids: Vec<(String, Val)> = Vec::new();
     match &m.body {
@@ -220,6 +222,27 @@ fn fields_of(m: &CmMad) -> BTreeMap<String, Val> {
             i("remote_comm_id", r.remote_comm_id as u64);
             i("remote_qpn_eecn", r.remote_qpn_eecn as u64);
         }
+        CmBody::SidrReq(r) => {
+            i("request_id", r.request_id as u64);
+            i("pkey", r.pkey as u64);
+            i("service_id", r.service_id);
+            if let Ok(h) = CmaHdr::parse(&r.private_data) {
+                i("cma_version", 0);
+                i("cma_ip_version", 4);
+                i("cma_src_port", h.src_port as u64);
+                gids.push(("cma_src_ip".into(), Val::Text(h.src.to_string())));
+                gids.push(("cma_dst_ip".into(), Val::Text(h.dst.to_string())));
+            }
+        }
+        CmBody::SidrRep(r) => {
+            i("request_id", r.request_id as u64);
+            i("sidr_status", r.status as u64);
+            i("info_length", r.info.len() as u64);
+            i("qpn", r.qpn as u64);
+            i("service_id", r.service_id);
+            i("qkey", r.qkey as u64);
+            gids.push(("info".into(), Val::Bytes(r.info.clone())));
+        }
     }
     f.extend(out);
     f.extend(gids);
@@ -284,7 +307,7 @@ fn roce_cm_vectors() {
     );
     assert_eq!(
         attrs.len(),
-        7,
+        9,
         "every attribute has a valid vector: {attrs:?}"
     );
     for e in [

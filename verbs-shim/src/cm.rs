@@ -29,7 +29,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Version of this interface (librdmacm refuses another).
-pub const ABI: u32 = 2;
+pub const ABI: u32 = 3;
+
+/// rdma_cm's UD port space: `connect` in it sends a SIDR_REQ instead of a REQ.
+pub const PS_UDP: u16 = 0x0111;
 
 /// Event kinds of [`FfiEvent::kind`].
 pub mod kind {
@@ -39,6 +42,8 @@ pub mod kind {
     pub const REJECTED: u32 = 4;
     pub const UNREACHABLE: u32 = 5;
     pub const DISCONNECTED: u32 = 6;
+    /// The SIDR_REP of a UD connect: `reason` its status (0: `qp.qpn` and `qkey` valid).
+    pub const SIDR_RESPONSE: u32 = 7;
 }
 
 /// Queue-pair parameters across the interface.
@@ -71,6 +76,8 @@ pub struct FfiEvent {
     /// CONNECT_REQUEST of the RoCEv2 CM: the path MTU (bytes) the initiator chose, which
     /// both QPs use; 0 otherwise (the port's).
     pub mtu: u32,
+    /// SIDR_RESPONSE: the peer's UD Q_Key.
+    pub qkey: u32,
 }
 
 impl FfiEvent {
@@ -88,6 +95,7 @@ impl FfiEvent {
             pd_len: 0,
             pd: std::ptr::null(),
             mtu: 0,
+            qkey: 0,
         }
     }
 }
@@ -131,8 +139,9 @@ fn deliver() {
         std::iter::from_fn(|| s.cm.poll_event()).collect()
     };
     for e in events {
-        let (f, pd) = ffi_event(&e);
-        ffi_deliver(f, &pd);
+        if let Some((f, pd)) = ffi_event(&e) {
+            ffi_deliver(f, &pd);
+        }
     }
 }
 
@@ -167,7 +176,7 @@ fn ffi_qp(q: &QpInfo) -> FfiQp {
     }
 }
 
-fn ffi_event(e: &CmEvent) -> (FfiEvent, Vec<u8>) {
+fn ffi_event(e: &CmEvent) -> Option<(FfiEvent, Vec<u8>)> {
     let mut f = FfiEvent::empty();
     let pd = match e {
         CmEvent::ConnectRequest {
@@ -225,8 +234,41 @@ fn ffi_event(e: &CmEvent) -> (FfiEvent, Vec<u8>) {
             f.id = id.0;
             private_data.clone()
         }
+        // A UD id's CONNECT_REQUEST: librdmacm knows it by the port space.
+        CmEvent::SidrRequest {
+            id,
+            peer,
+            port_space,
+            port,
+            peer_port,
+            local_addr,
+            private_data,
+        } => {
+            f.kind = kind::CONNECT_REQUEST;
+            f.id = id.0;
+            f.peer = u32::from(*peer);
+            f.local_addr = u32::from(*local_addr);
+            f.port_space = *port_space;
+            f.port = *port;
+            f.peer_port = *peer_port;
+            private_data.clone()
+        }
+        CmEvent::SidrResponse {
+            id,
+            status,
+            qpn,
+            qkey,
+            private_data,
+        } => {
+            f.kind = kind::SIDR_RESPONSE;
+            f.id = id.0;
+            f.reason = *status as u16;
+            f.qp.qpn = *qpn;
+            f.qkey = *qkey;
+            private_data.clone()
+        }
     };
-    (f, pd)
+    Some((f, pd))
 }
 
 /// The native transport with the CM beside it.
@@ -511,15 +553,11 @@ pub unsafe extern "C" fn ferroce_cm_connect(
     }
     let (q, pd) = (qp_info(qp), private(pd, len));
     let r = on_engine(move |cm, now| {
-        cm.connect(
-            now,
-            Ipv4Addr::from(peer),
-            port_space,
-            port,
-            src_port,
-            q,
-            &pd,
-        )
+        let peer = Ipv4Addr::from(peer);
+        if port_space == PS_UDP {
+            return cm.sidr_request(now, peer, port_space, port, src_port, &pd);
+        }
+        cm.connect(now, peer, port_space, port, src_port, q, &pd)
     });
     match r {
         Ok(Ok(CmId(v))) => {
@@ -589,6 +627,29 @@ pub unsafe extern "C" fn ferroce_cm_disconnect(id: u32, pd: *const u8, len: u8) 
         return crate::cm_roce::disconnect(id, pd);
     }
     status(on_engine(move |cm, now| cm.disconnect(now, CmId(id), &pd)))
+}
+
+/// Answer a UD id's CONNECT_REQUEST (its SIDR_REQ): `status` 0 with the UD QP's `qpn` and
+/// `qkey` (rdma_accept), or a refusal (rdma_reject: 2).
+///
+/// # Safety
+/// `pd` holds `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_cm_sidr_reply(
+    id: u32,
+    status: u8,
+    qpn: u32,
+    qkey: u32,
+    pd: *const u8,
+    len: u8,
+) -> c_int {
+    let pd = private(pd, len);
+    if roce() {
+        return crate::cm_roce::sidr_reply(id, status, qpn, qkey, pd);
+    }
+    self::status(on_engine(move |cm, now| {
+        cm.sidr_reply(now, CmId(id), status, qpn, qkey, &pd)
+    }))
 }
 
 #[no_mangle]

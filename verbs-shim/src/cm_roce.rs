@@ -51,7 +51,7 @@ fn ffi_qp(q: &CmQp) -> FfiQp {
     }
 }
 
-fn ffi_event(e: &RoceCmEvent) -> (FfiEvent, Vec<u8>) {
+fn ffi_event(e: &RoceCmEvent) -> Option<(FfiEvent, Vec<u8>)> {
     let mut f = FfiEvent::empty();
     let pd = match e {
         RoceCmEvent::ConnectRequest {
@@ -112,8 +112,40 @@ fn ffi_event(e: &RoceCmEvent) -> (FfiEvent, Vec<u8>) {
             f.id = id.0;
             Vec::new()
         }
+        RoceCmEvent::SidrRequest {
+            id,
+            peer,
+            port_space,
+            port,
+            peer_port,
+            local_addr,
+            private_data,
+        } => {
+            f.kind = kind::CONNECT_REQUEST;
+            f.id = id.0;
+            f.peer = u32::from(*peer);
+            f.local_addr = u32::from(*local_addr);
+            f.port_space = *port_space;
+            f.port = *port;
+            f.peer_port = *peer_port;
+            private_data.clone()
+        }
+        RoceCmEvent::SidrResponse {
+            id,
+            status,
+            qpn,
+            qkey,
+            private_data,
+        } => {
+            f.kind = kind::SIDR_RESPONSE;
+            f.id = id.0;
+            f.reason = *status as u16;
+            f.qp.qpn = *qpn;
+            f.qkey = *qkey;
+            private_data.clone()
+        }
     };
-    (f, pd)
+    Some((f, pd))
 }
 
 /// Hand the CM's queued events to librdmacm (engine thread).
@@ -121,7 +153,9 @@ fn deliver(ep: &mut RoceEndpoint) {
     let Some(cm) = ep.cm_mut() else { return };
     let events: Vec<RoceCmEvent> = std::iter::from_fn(|| cm.poll_event()).collect();
     for e in events {
-        let (f, pd) = ffi_event(&e);
+        let Some((f, pd)) = ffi_event(&e) else {
+            continue;
+        };
         ffi_deliver(f, &pd);
     }
 }
@@ -228,7 +262,7 @@ fn errno_of(e: RoceCmError) -> c_int {
     }
 }
 
-fn status(r: Result<Result<(), RoceCmError>, c_int>) -> c_int {
+fn status_of(r: Result<Result<(), RoceCmError>, c_int>) -> c_int {
     match r {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => errno_of(e),
@@ -248,11 +282,11 @@ fn cm_qp(q: FfiQp) -> CmQp {
 }
 
 pub fn listen(port_space: u16, port: u16) -> c_int {
-    status(on_engine(move |cm, _, _| cm.listen(port_space, port)))
+    status_of(on_engine(move |cm, _, _| cm.listen(port_space, port)))
 }
 
 pub fn unlisten(port_space: u16, port: u16) -> c_int {
-    status(on_engine(move |cm, _, _| {
+    status_of(on_engine(move |cm, _, _| {
         cm.unlisten(port_space, port);
         Ok(())
     }))
@@ -267,6 +301,10 @@ pub fn connect(
     pd: Vec<u8>,
 ) -> Result<u32, c_int> {
     let r = on_engine(move |cm, now, mtu| {
+        if port_space == crate::cm::PS_UDP {
+            let peer = Ipv4Addr::from(peer);
+            return cm.sidr_request(now, peer, port_space, port, src_port, &pd);
+        }
         let p = ConnectParams {
             peer: Ipv4Addr::from(peer),
             port_space,
@@ -287,29 +325,35 @@ pub fn connect(
 }
 
 pub fn accept(id: u32, qp: FfiQp, pd: Vec<u8>) -> c_int {
-    status(on_engine(move |cm, now, _| {
+    status_of(on_engine(move |cm, now, _| {
         cm.accept(now, RoceCmId(id), cm_qp(qp), &pd)
     }))
 }
 
+pub fn sidr_reply(id: u32, status: u8, qpn: u32, qkey: u32, pd: Vec<u8>) -> c_int {
+    status_of(on_engine(move |cm, now, _| {
+        cm.sidr_reply(now, RoceCmId(id), status, qpn, qkey, &pd)
+    }))
+}
+
 pub fn reject(id: u32, reason: u16, pd: Vec<u8>) -> c_int {
-    status(on_engine(move |cm, now, _| {
+    status_of(on_engine(move |cm, now, _| {
         cm.reject(now, RoceCmId(id), reason, &pd)
     }))
 }
 
 pub fn establish(id: u32, pd: Vec<u8>) -> c_int {
-    status(on_engine(move |cm, _, _| cm.establish(RoceCmId(id), &pd)))
+    status_of(on_engine(move |cm, _, _| cm.establish(RoceCmId(id), &pd)))
 }
 
 pub fn disconnect(id: u32, pd: Vec<u8>) -> c_int {
-    status(on_engine(move |cm, now, _| {
+    status_of(on_engine(move |cm, now, _| {
         cm.disconnect(now, RoceCmId(id), &pd)
     }))
 }
 
 pub fn release(id: u32) -> c_int {
-    status(on_engine(move |cm, now, _| {
+    status_of(on_engine(move |cm, now, _| {
         cm.release(now, RoceCmId(id));
         Ok(())
     }))

@@ -1,5 +1,5 @@
 /* Private data both ways, a consumer reject with private data, the refusals (multicast,
- * RDMA_PS_UDP) and the event channel's fd, through the librdmacm API as a C program sees it.
+ * RDMA_PS_IPOIB; an RDMA_PS_UDP id is a UD one) and the event channel's fd, through the librdmacm API as a C program sees it.
  *   cm_private server PORT
  *   cm_private client ADDR PORT
  * Prints "RESULT ok" when every check held, exits 1 at the first that did not. */
@@ -47,8 +47,11 @@ static void refusals(struct rdma_event_channel *ch, struct rdma_cm_id *id)
 {
 	struct rdma_cm_id *u;
 	errno = 0;
-	CHECK(rdma_create_id(ch, &u, NULL, RDMA_PS_UDP) == -1 && errno == EPROTONOSUPPORT,
-	      "RDMA_PS_UDP not refused");
+	CHECK(rdma_create_id(ch, &u, NULL, RDMA_PS_IPOIB) == -1 && errno == EPROTONOSUPPORT,
+	      "RDMA_PS_IPOIB not refused");
+	CHECK(rdma_create_id(ch, &u, NULL, RDMA_PS_UDP) == 0 && u->qp_type == IBV_QPT_UD &&
+	      u->ps == RDMA_PS_UDP, "RDMA_PS_UDP id not created as UD");
+	CHECK(rdma_destroy_id(u) == 0, "rdma_destroy_id of the UD id");
 	struct sockaddr_in mc = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0xe0000101) };
 	errno = 0;
 	CHECK(rdma_join_multicast(id, (struct sockaddr *)&mc, NULL) == -1 && errno == ENOSYS,

@@ -15,10 +15,10 @@ MAD_LEN = 256
 HDR = 24  # MAD common header; the tables' offsets are after it
 
 ATTRS = {"REQ": 0x0010, "MRA": 0x0011, "REJ": 0x0012, "REP": 0x0013, "RTU": 0x0014,
-         "DREQ": 0x0015, "DREP": 0x0016}
+         "DREQ": 0x0015, "DREP": 0x0016, "SIDR_REQ": 0x0017, "SIDR_REP": 0x0018}
 # Private data: (offset in the CM data, bytes)
 PD = {"REQ": (140, 92), "MRA": (10, 222), "REJ": (84, 148), "REP": (36, 196), "RTU": (8, 224),
-      "DREQ": (12, 220), "DREP": (8, 224)}
+      "DREQ": (12, 220), "DREP": (8, 224), "SIDR_REQ": (16, 216), "SIDR_REP": (96, 136)}
 
 
 class Mad:
@@ -206,6 +206,30 @@ def short(m, attr, tid, local, remote, pd, qpn=None):
     m.pd(pd)
 
 
+def sidr_req(m, tid, rid, pkey, sid, pd):
+    # Table 119: request ID, P_Key, reserved 2 bytes, service ID, private data.
+    m.header("SIDR_REQ", tid)
+    m.be("request_id", 0, 4, rid)
+    m.be("pkey", 4, 2, pkey)
+    m.be("service_id", 8, 8, sid)
+    m.pd(pd)
+
+
+def sidr_rep(m, tid, rid, status, qpn, sid, qkey, info, pd, info_len=None):
+    # Table 120: request ID, status, additional-information length, reserved, QPN (24 bits)
+    # and a reserved byte, service ID, Q_Key, additional information (72), private data.
+    m.header("SIDR_REP", tid)
+    m.be("request_id", 0, 4, rid)
+    m.bits("sidr_status", 4, 0, 8, status)
+    m.bits("info_length", 5, 0, 8, len(info) if info_len is None else info_len)
+    m.be("qpn", 8, 3, qpn)
+    m.be("service_id", 12, 8, sid)
+    m.be("qkey", 20, 4, qkey)
+    m.raw("info", 24, info.ljust(72, b"\0"), listed=False)
+    m.f("info", info.hex())
+    m.pd(pd)
+
+
 A = [198, 18, 0, 11]
 B = [198, 18, 0, 12]
 OUT = []
@@ -276,6 +300,26 @@ short(m, "DREQ", 0x0000_0000_0000_0777, 0x1a2b3c4d, 0x55667788, b"bye", qpn=0x00
 m = new("drep", "DREP answering dreq.", "DREP")
 short(m, "DREP", 0x0000_0000_0000_0777, 0x55667788, 0x1a2b3c4d, b"")
 
+m = new("sidr_req", "SIDR_REQ of rdma_connect on an RDMA_PS_UDP id to 198.18.0.12 port 7174, "
+        "as Linux rdma_cm sends it: the cma_hdr then 5 bytes of user private data.", "SIDR_REQ")
+m.f("cma_version", 0)
+m.f("cma_ip_version", 4)
+m.f("cma_src_port", 40001)
+m.f("cma_src_ip", "198.18.0.11")
+m.f("cma_dst_ip", "198.18.0.12")
+sidr_req(m, 0x0000_1234_5678_9abd, 0x1a2b3c4e, 0xffff, 0x0000_0000_0111_1c06,
+         cma_hdr(40001, A, B) + b"hello")
+
+m = new("sidr_rep", "SIDR_REP answering sidr_req: QP valid, QPN 0x000012, rdma_cm's UDP "
+        "Q_Key 0x01234567, 5 bytes of private data.", "SIDR_REP")
+sidr_rep(m, 0x0000_1234_5678_9abd, 0x1a2b3c4e, 0, 0x000012, 0x0000_0000_0111_1c06,
+         0x01234567, b"", b"world")
+
+m = new("sidr_rep_fields_max", "SIDR_REP with every field at its largest value, 72 bytes of "
+        "additional information and a full private data area.", "SIDR_REP")
+sidr_rep(m, 0xffff_ffff_ffff_ffff, 0xffffffff, 255, 0xffffff, 0xffff_ffff_ffff_ffff,
+         0xffffffff, bytes(range(1, 73)), bytes([0xff] * 136))
+
 # Invalid MADs: what a receiver must report.
 m = new("bad_base_version", "Base version 2 (OPA).", error="BAD_BASE_VERSION")
 m.header("RTU", 1, base=2)
@@ -290,9 +334,12 @@ m.header("RTU", 1, method=0x01)
 m = new("lap", "LAP (0x0019): alternate paths are not supported.",
         error="UNSUPPORTED_ATTRIBUTE")
 m.header(0x0019, 1)
-m = new("sidr_req", "SIDR_REQ (0x0017): RDMA_PS_UDP is not served.",
+m = new("apr", "APR (0x001A): alternate paths are not supported.",
         error="UNSUPPORTED_ATTRIBUTE")
-m.header(0x0017, 1)
+m.header(0x001A, 1)
+m = new("sidr_rep_info_too_long", "SIDR_REP with an additional-information length of 73 "
+        "(the field holds 72).", error="MALFORMED")
+sidr_rep(m, 1, 2, 0, 1, 0x0000_0000_0111_1c06, 1, b"", b"", info_len=73)
 m = new("rej_ari_too_long", "REJ with a rejected-info length of 73 (the ARI field holds 72).",
         error="MALFORMED")
 rej(m, 1, 2, 3, 0, 1, b"", b"", ari_len=73)

@@ -220,10 +220,25 @@ fn expected_cm(payload: &[u8]) -> Expected {
             }
             cm::CmBody::Rep { qp } => q(&mut p, qp),
             cm::CmBody::Rej { reason } => p("ferroce.cm.reason", (*reason).into()),
+            cm::CmBody::SidrReq {
+                port_space,
+                dst_port,
+                src_port,
+                dst_addr: _,
+            } => {
+                p("ferroce.cm.port_space", (*port_space).into());
+                p("ferroce.cm.dst_port", (*dst_port).into());
+                p("ferroce.cm.src_port", (*src_port).into());
+            }
+            cm::CmBody::SidrRep { status, qpn, qkey } => {
+                p("ferroce.cm.sidr_status", (*status).into());
+                p("ferroce.cm.qpn", (*qpn).into());
+                p("ferroce.cm.qkey", (*qkey).into());
+            }
             cm::CmBody::Rtu | cm::CmBody::Dreq | cm::CmBody::Drep => {}
         }
         p("ferroce.cm.pd_len", m.private_data.len() as u64);
-        if let cm::CmBody::Req { dst_addr, .. } = &m.body {
+        if let cm::CmBody::Req { dst_addr, .. } | cm::CmBody::SidrReq { dst_addr, .. } = &m.body {
             put("ferroce.cm.dst_addr", dst_addr.to_string());
         }
         if !m.private_data.is_empty() {

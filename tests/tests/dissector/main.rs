@@ -530,7 +530,7 @@ fn dissector_agrees_with_codec_on_mutated_vectors() {
     }
 }
 
-/// The connection manager's packets (spec/cm.md, opcodes 0x40-0x45): every vector of
+/// The connection manager's packets (spec/cm.md, opcodes 0x40-0x47): every vector of
 /// spec/vectors/cm and mutations of the valid ones (every bit flipped, as is and resealed;
 /// every byte +1 and -1, resealed; every truncation) through the dissector and the CM codec
 /// (`transport::cm`), which must agree on every field and verdict.
@@ -591,7 +591,16 @@ fn dissector_agrees_with_the_cm_codec() {
             v.name
         );
     }
-    for name in ["CM_REQ", "CM_REP", "CM_RTU", "CM_REJ", "CM_DREQ", "CM_DREP"] {
+    for name in [
+        "CM_REQ",
+        "CM_REP",
+        "CM_RTU",
+        "CM_REJ",
+        "CM_DREQ",
+        "CM_DREP",
+        "CM_SIDRREQ",
+        "CM_SIDRREP",
+    ] {
         assert!(
             opcodes.contains_key(name),
             "{name} not decoded: {opcodes:?}"

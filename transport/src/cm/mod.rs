@@ -1,11 +1,15 @@
 //! The connection manager (spec/cm.md): the REQ / REP / RTU / REJ / DREQ / DREP
-//! exchange that librdmacm applications connect their queue pairs with, sans-IO like the
+//! exchange that librdmacm applications connect their queue pairs with, and the SIDR_REQ /
+//! SIDR_REP one that resolves a UD port space's service to a QPN and Q_Key, sans-IO like the
 //! rest of the core. One [`Cm`] per host; it is connectionless (its messages are not carried
 //! on a native connection), retransmits its own requests and answers duplicates from state.
 //!
 //! Inputs: received CM packets ([`wire::is_cm_packet`]), the time, the application's calls.
 //! Outputs: packets to send ([`Cm::poll_transmit`]), [`CmEvent`]s, the next deadline.
 
+mod sidr;
+#[cfg(test)]
+mod sidr_tests;
 #[cfg(test)]
 mod tests;
 pub mod wire;
@@ -26,6 +30,17 @@ pub mod reason {
     pub const CONSUMER: u16 = 28;
     /// A REP or RTU for a connection this end does not know (it timed out or was released).
     pub const TIMEOUT: u16 = 1;
+}
+
+/// SIDR_REP status values (IBTA CM; librdmacm reports a non-zero one as the UNREACHABLE
+/// event's `status`, as Linux does).
+pub mod sidr_status {
+    /// The QPN and Q_Key are valid.
+    pub const SUCCESS: u8 = 0;
+    /// Nobody listens on the requested port (Linux: IB_SIDR_UNSUPPORTED).
+    pub const UNSUPPORTED: u8 = 1;
+    /// The application rejected (rdma_reject).
+    pub const REJECT: u8 = 2;
 }
 
 /// Timers of spec/cm.md §2.4.
@@ -87,6 +102,25 @@ pub enum CmEvent {
     Unreachable { id: CmId },
     /// The peer's DREQ, or the end of our own disconnect (DREP, or its retries ran out).
     Disconnected { id: CmId, private_data: Vec<u8> },
+    /// A SIDR_REQ for a port this end listens on: answer with `sidr_reply`.
+    SidrRequest {
+        id: CmId,
+        peer: Ipv4Addr,
+        port_space: u16,
+        port: u16,
+        peer_port: u16,
+        local_addr: Ipv4Addr,
+        private_data: Vec<u8>,
+    },
+    /// The SIDR_REP to our SIDR_REQ; the exchange is over (no RTU in SIDR). A SIDR_REQ that
+    /// gets no answer reports `Unreachable`.
+    SidrResponse {
+        id: CmId,
+        status: u8,
+        qpn: u32,
+        qkey: u32,
+        private_data: Vec<u8>,
+    },
 }
 
 /// Why a call was refused.
@@ -125,6 +159,9 @@ enum State {
     RepRcvd,
     Established,
     DreqSent,
+    SidrReqSent,
+    /// A SIDR_REQ delivered to the application, not answered yet.
+    SidrReqRcvd,
     /// Over: the last message is kept to answer duplicates until the deadline.
     TimeWait,
 }
@@ -399,7 +436,9 @@ impl Cm {
             | CmEvent::Established { id, .. }
             | CmEvent::Rejected { id, .. }
             | CmEvent::Unreachable { id }
-            | CmEvent::Disconnected { id, .. } => *id,
+            | CmEvent::Disconnected { id, .. }
+            | CmEvent::SidrRequest { id, .. }
+            | CmEvent::SidrResponse { id, .. } => *id,
         };
         if !self.ex.get(&id.0).is_some_and(|e| e.quiet) {
             self.events.push_back(ev);
@@ -539,17 +578,15 @@ impl Cm {
                 if let Some(&id) = self.by_remote.get(&(src, m.src_comm)) {
                     // A duplicate: our REP or REJ again (nothing while the application decides).
                     let st = self.ex.get(&id).map(|e| e.state);
-                    if st != Some(State::ReqRcvd) {
+                    if st != Some(State::ReqRcvd) && st != Some(State::SidrReqRcvd) {
                         self.resend_last(id);
                     }
                     return true;
                 }
                 if !self.listening.contains(&(port_space, dst_port)) {
-                    let first = *self.unserved.entry((src, m.src_comm)).or_insert(now);
-                    if now.saturating_sub(first) < self.cfg.listen_grace_ns {
+                    if !self.grace_over(now, src, m.src_comm) {
                         return true;
                     }
-                    self.unserved.remove(&(src, m.src_comm));
                     let id = self.alloc();
                     let rej = CmMsg {
                         dst_comm: m.src_comm,
@@ -578,6 +615,22 @@ impl Cm {
                     private_data: m.private_data,
                 });
                 true
+            }
+            CmBody::SidrReq {
+                port_space,
+                dst_port,
+                src_port,
+                dst_addr,
+            } => self.on_sidr_req(
+                now,
+                src,
+                m.src_comm,
+                (port_space, dst_port, src_port),
+                dst_addr,
+                m.private_data,
+            ),
+            CmBody::SidrRep { status, qpn, qkey } => {
+                self.on_sidr_rep(now, src, &m, status, qpn, qkey)
             }
             CmBody::Rep { qp } => {
                 let Some((id, st)) = self.ours(src, &m) else {
@@ -685,6 +738,17 @@ impl Cm {
                 true
             }
         }
+    }
+
+    /// A request for a port nobody listens on: whether `listen_grace` has passed since its
+    /// first copy (spec/cm.md §2.2), so it is refused now; earlier copies get no answer.
+    fn grace_over(&mut self, now: u64, src: Ipv4Addr, remote: u32) -> bool {
+        let first = *self.unserved.entry((src, remote)).or_insert(now);
+        if now.saturating_sub(first) < self.cfg.listen_grace_ns {
+            return false;
+        }
+        self.unserved.remove(&(src, remote));
+        true
     }
 
     fn insert_passive(

@@ -1,7 +1,7 @@
 use super::*;
 
-const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 11);
-const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 12);
+pub(super) const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 11);
+pub(super) const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 12);
 const PS_TCP: u16 = 0x0106;
 
 fn qp(n: u32) -> QpInfo {
@@ -16,7 +16,13 @@ fn qp(n: u32) -> QpInfo {
 }
 
 /// Move every queued packet of `from` (address `src`) into `to`, dropping those `drop` says.
-fn pump(from: &mut Cm, src: Ipv4Addr, to: &mut Cm, now: u64, drop: &mut dyn FnMut() -> bool) {
+pub(super) fn pump(
+    from: &mut Cm,
+    src: Ipv4Addr,
+    to: &mut Cm,
+    now: u64,
+    drop: &mut dyn FnMut() -> bool,
+) {
     let mut buf = [0u8; 512];
     while let Some((_, n)) = from.poll_transmit(&mut buf) {
         if !drop() {
@@ -25,7 +31,7 @@ fn pump(from: &mut Cm, src: Ipv4Addr, to: &mut Cm, now: u64, drop: &mut dyn FnMu
     }
 }
 
-fn events(c: &mut Cm) -> Vec<CmEvent> {
+pub(super) fn events(c: &mut Cm) -> Vec<CmEvent> {
     std::iter::from_fn(|| c.poll_event()).collect()
 }
 
@@ -37,7 +43,7 @@ fn rep_qp(n: u32) -> QpInfo {
     }
 }
 
-fn never() -> impl FnMut() -> bool {
+pub(super) fn never() -> impl FnMut() -> bool {
     || false
 }
 
@@ -277,6 +283,27 @@ fn sample_msgs() -> Vec<CmMsg> {
             body: CmBody::Drep,
             private_data: vec![],
         },
+        CmMsg {
+            dst_comm: 0,
+            src_comm: 7,
+            body: CmBody::SidrReq {
+                port_space: 0x0111,
+                dst_port: 7174,
+                src_port: 40001,
+                dst_addr: B,
+            },
+            private_data: pd(180),
+        },
+        CmMsg {
+            dst_comm: 7,
+            src_comm: 8,
+            body: CmBody::SidrRep {
+                status: 0,
+                qpn: 0xabcdef,
+                qkey: 0x1122_3344,
+            },
+            private_data: pd(136),
+        },
     ]
 }
 
@@ -417,16 +444,16 @@ fn a_released_id_still_gets_its_dreq_through_silently() {
 }
 
 /// Deterministic xorshift64*, for the lossy-channel runs below.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn chance(&mut self, p: f64) -> bool {
+    pub(super) fn chance(&mut self, p: f64) -> bool {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
     }
 }
@@ -504,6 +531,7 @@ fn lossy_duplicating_channel_still_ends_in_one_clean_exchange() {
                         CmEvent::Rejected { .. } => "rejected",
                         CmEvent::Unreachable { .. } => "unreachable",
                         CmEvent::Disconnected { .. } => "disconnected",
+                        CmEvent::SidrRequest { .. } | CmEvent::SidrResponse { .. } => "sidr",
                     })
                     .collect::<Vec<_>>()
             };

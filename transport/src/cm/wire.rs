@@ -1,5 +1,6 @@
-//! The connection manager's packets (spec/cm.md §1): REQ, REP, RTU, REJ, DREQ, DREP, each
-//! the native base header, its fixed fields, private data and the CRC-32 trailer.
+//! The connection manager's packets (spec/cm.md §1): REQ, REP, RTU, REJ, DREQ, DREP and the
+//! UD port spaces' SIDR_REQ / SIDR_REP, each the native base header, its fixed fields,
+//! private data and the CRC-32 trailer.
 
 use crate::wire::{crc32, BASE_LEN, TRAILER_LEN, VERSION};
 use std::net::Ipv4Addr;
@@ -14,6 +15,8 @@ pub enum CmOpcode {
     Rej = 0x43,
     Dreq = 0x44,
     Drep = 0x45,
+    SidrReq = 0x46,
+    SidrRep = 0x47,
 }
 
 impl CmOpcode {
@@ -26,6 +29,8 @@ impl CmOpcode {
             0x43 => Rej,
             0x44 => Dreq,
             0x45 => Drep,
+            0x46 => SidrReq,
+            0x47 => SidrRep,
             _ => return None,
         })
     }
@@ -34,7 +39,7 @@ impl CmOpcode {
     pub fn header_len(self) -> usize {
         match self {
             CmOpcode::Req => 28,
-            CmOpcode::Rep => 16,
+            CmOpcode::Rep | CmOpcode::SidrReq | CmOpcode::SidrRep => 16,
             _ => 8,
         }
     }
@@ -49,6 +54,9 @@ impl CmOpcode {
             CmOpcode::Rej => 148,
             CmOpcode::Dreq => 220,
             CmOpcode::Drep => 224,
+            // IBTA SIDR_REQ's 216 less rdma_cm's 36-byte header; SIDR_REP's 136.
+            CmOpcode::SidrReq => 180,
+            CmOpcode::SidrRep => 136,
         }
     }
 
@@ -58,6 +66,8 @@ impl CmOpcode {
             CmOpcode::Req => 18,
             CmOpcode::Rep => 23,
             CmOpcode::Rej => 15,
+            CmOpcode::SidrReq => 18,
+            CmOpcode::SidrRep => 13,
             _ => 12,
         }
     }
@@ -103,6 +113,21 @@ pub enum CmBody {
     },
     Dreq,
     Drep,
+    /// Service-ID resolution for the UD port spaces: which QPN and Q_Key serve
+    /// `(port_space, dst_port)` at the peer.
+    SidrReq {
+        port_space: u16,
+        dst_port: u16,
+        src_port: u16,
+        dst_addr: Ipv4Addr,
+    },
+    /// The answer: `status` 0 (see [`super::sidr_status`]) with the QP that serves it.
+    SidrRep {
+        status: u8,
+        /// 24 bits.
+        qpn: u32,
+        qkey: u32,
+    },
 }
 
 /// A parsed CM message.
@@ -145,6 +170,8 @@ impl CmMsg {
             CmBody::Rej { .. } => CmOpcode::Rej,
             CmBody::Dreq => CmOpcode::Dreq,
             CmBody::Drep => CmOpcode::Drep,
+            CmBody::SidrReq { .. } => CmOpcode::SidrReq,
+            CmBody::SidrRep { .. } => CmOpcode::SidrRep,
         }
     }
 
@@ -157,7 +184,7 @@ impl CmMsg {
         false
     }
 
-    /// Parse a UDP payload; the checks run in spec/cm.md §1.5 order.
+    /// Parse a UDP payload; the checks run in spec/cm.md §1.7 order.
     pub fn parse(b: &[u8]) -> Result<CmMsg, CmWireError> {
         if b.len() < BASE_LEN + TRAILER_LEN {
             return Err(CmWireError::Truncated);
@@ -218,6 +245,17 @@ impl CmMsg {
             },
             CmOpcode::Dreq => CmBody::Dreq,
             CmOpcode::Drep => CmBody::Drep,
+            CmOpcode::SidrReq => CmBody::SidrReq {
+                port_space: be16(b, 12),
+                dst_port: be16(b, 14),
+                src_port: be16(b, 16),
+                dst_addr: Ipv4Addr::from(be32(b, 20)),
+            },
+            CmOpcode::SidrRep => CmBody::SidrRep {
+                status: b[12],
+                qpn: be32(b, 16),
+                qkey: be32(b, 20),
+            },
         };
         let m = CmMsg {
             dst_comm,
@@ -229,13 +267,14 @@ impl CmMsg {
         Ok(m)
     }
 
-    /// The field ranges of spec/cm.md §1.5 (after the CRC).
+    /// The field ranges of spec/cm.md §1.7 (after the CRC).
     fn check(&self) -> Result<(), CmWireError> {
         let op = self.opcode();
-        if op == CmOpcode::Req && self.dst_comm != 0 {
+        let request = matches!(op, CmOpcode::Req | CmOpcode::SidrReq);
+        if request && self.dst_comm != 0 {
             return Err(CmWireError::Malformed("REQ with a dst_comm"));
         }
-        if op != CmOpcode::Req && op != CmOpcode::Rej && self.dst_comm == 0 {
+        if !request && op != CmOpcode::Rej && self.dst_comm == 0 {
             return Err(CmWireError::Malformed("dst_comm 0"));
         }
         if op != CmOpcode::Rej && self.src_comm == 0 {
@@ -257,6 +296,9 @@ impl CmMsg {
                 if qp.rnr_retry_count > 7 {
                     return Err(CmWireError::Malformed("retry count over 7"));
                 }
+            }
+            CmBody::SidrRep { qpn, .. } if *qpn > 0x00ff_ffff => {
+                return Err(CmWireError::Malformed("QPN over 24 bits"));
             }
             _ => {}
         }
@@ -308,6 +350,22 @@ impl CmMsg {
                 b[22] = qp.rnr_retry_count.min(7);
             }
             CmBody::Rej { reason } => b[12..14].copy_from_slice(&reason.to_be_bytes()),
+            CmBody::SidrReq {
+                port_space,
+                dst_port,
+                src_port,
+                dst_addr,
+            } => {
+                b[12..14].copy_from_slice(&port_space.to_be_bytes());
+                b[14..16].copy_from_slice(&dst_port.to_be_bytes());
+                b[16..18].copy_from_slice(&src_port.to_be_bytes());
+                b[20..24].copy_from_slice(&dst_addr.octets());
+            }
+            CmBody::SidrRep { status, qpn, qkey } => {
+                b[12] = *status;
+                b[16..20].copy_from_slice(&(qpn & 0x00ff_ffff).to_be_bytes());
+                b[20..24].copy_from_slice(&qkey.to_be_bytes());
+            }
             CmBody::Rtu | CmBody::Dreq | CmBody::Drep => {}
         }
         b[op.pd_len_at()] = pd.len() as u8;

@@ -11,7 +11,9 @@
 //! `max_cm_retries` + 1 times. An MRA stretches the wait by its service timeout.
 
 mod recv;
+mod sidr;
 pub mod wire;
+pub use sidr::sidr_status;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::Ipv4Addr;
@@ -123,6 +125,8 @@ pub struct ConnectParams {
 
 /// Most private data an rdma_cm application passes with a REQ (92 less the cma_hdr).
 pub const REQ_USER_PRIVATE_DATA: usize = 92 - CMA_HDR_LEN;
+/// Likewise with a SIDR_REQ (216 less the cma_hdr).
+pub const SIDR_REQ_USER_PRIVATE_DATA: usize = 216 - CMA_HDR_LEN;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RoceCmEvent {
@@ -159,6 +163,27 @@ pub enum RoceCmEvent {
     Unreachable { id: RoceCmId },
     /// The peer's DREQ, or the end of our own (DREP, or its retries ran out).
     Disconnected { id: RoceCmId },
+    /// A SIDR_REQ for a UD port this end listens on: answer with `sidr_reply`.
+    SidrRequest {
+        id: RoceCmId,
+        peer: Ipv4Addr,
+        port_space: u16,
+        port: u16,
+        /// From the cma_hdr.
+        peer_port: u16,
+        local_addr: Ipv4Addr,
+        /// The SIDR_REQ's private data after the cma_hdr (180 bytes, zero-padded).
+        private_data: Vec<u8>,
+    },
+    /// The SIDR_REP to our SIDR_REQ (the exchange is over); no answer: `Unreachable`.
+    SidrResponse {
+        id: RoceCmId,
+        status: u8,
+        qpn: u32,
+        qkey: u32,
+        /// 136 bytes, zero-padded.
+        private_data: Vec<u8>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,6 +228,9 @@ enum State {
     RepRcvd,
     Established,
     DreqSent,
+    SidrReqSent,
+    /// A SIDR_REQ delivered to the application, not answered yet.
+    SidrReqRcvd,
     TimeWait,
 }
 
@@ -238,6 +266,8 @@ pub struct RoceCm {
     listening: HashSet<(u16, u16)>,
     /// REQs for a port nobody listens on (yet): (peer, its comm ID) -> first seen.
     unserved: HashMap<(Ipv4Addr, u32), u64>,
+    /// SIDR_REQs the application has not answered yet: our id -> the service ID asked for.
+    sidr_service: HashMap<u32, u64>,
     tx: VecDeque<(Ipv4Addr, [u8; MAD_LEN])>,
     events: VecDeque<RoceCmEvent>,
     pub counters: RoceCmCounters,
@@ -255,6 +285,7 @@ impl RoceCm {
             by_remote: HashMap::new(),
             listening: HashSet::new(),
             unserved: HashMap::new(),
+            sidr_service: HashMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
             counters: RoceCmCounters::default(),
@@ -300,10 +331,10 @@ impl RoceCm {
     }
 
     fn check_pd(attr: CmAttr, pd: &[u8]) -> Result<(), RoceCmError> {
-        let max = if attr == CmAttr::Req {
-            REQ_USER_PRIVATE_DATA
-        } else {
-            attr.max_private_data()
+        let max = match attr {
+            CmAttr::Req => REQ_USER_PRIVATE_DATA,
+            CmAttr::SidrReq => SIDR_REQ_USER_PRIVATE_DATA,
+            _ => attr.max_private_data(),
         };
         if pd.len() > max {
             return Err(RoceCmError::PrivateDataTooLong);
@@ -555,7 +586,9 @@ impl RoceCm {
             | RoceCmEvent::Established { id }
             | RoceCmEvent::Rejected { id, .. }
             | RoceCmEvent::Unreachable { id }
-            | RoceCmEvent::Disconnected { id } => *id,
+            | RoceCmEvent::Disconnected { id }
+            | RoceCmEvent::SidrRequest { id, .. }
+            | RoceCmEvent::SidrResponse { id, .. } => *id,
         };
         if !self.ex.get(&id.0).is_some_and(|e| e.quiet) {
             self.events.push_back(ev);
@@ -609,6 +642,7 @@ impl RoceCm {
             if e.state == State::TimeWait {
                 let key = (e.peer, e.remote);
                 self.ex.remove(&id);
+                self.sidr_service.remove(&id);
                 if self.by_remote.get(&key) == Some(&id) {
                     self.by_remote.remove(&key);
                 }

@@ -43,7 +43,7 @@ impl RoceCm {
         Some((remote, e.state))
     }
 
-    fn resend_last(&mut self, id: u32) {
+    pub(super) fn resend_last(&mut self, id: u32) {
         if let Some(e) = self.ex.get(&id) {
             if let Some(b) = e.last {
                 let peer = e.peer;
@@ -73,6 +73,8 @@ impl RoceCm {
         let tid = m.hdr.tid;
         match m.body {
             CmBody::Req(req) => self.on_req(now, src, tid, req),
+            CmBody::SidrReq(r) => self.on_sidr_req(now, src, tid, r),
+            CmBody::SidrRep(r) => self.on_sidr_rep(now, src, r),
             CmBody::Mra(mra) => {
                 let Some((id, st)) = self.ours(src, mra.local_comm_id, mra.remote_comm_id) else {
                     return false;

@@ -1,7 +1,8 @@
 //! IBTA CM MADs (IBTA vol. 1 §13.4 common MAD header, ch. 12 tables 106–113), what Linux's
 //! rdma_cm sends on QP1 over RoCEv2: the 256-byte MAD with the CM class, the attributes REQ,
-//! MRA, REJ, REP, RTU, DREQ and DREP, the IP-based service ID and the `cma_hdr` rdma_cm
-//! puts first in a REQ's private data. spec/rocev2.md §10.
+//! MRA, REJ, REP, RTU, DREQ, DREP, SIDR_REQ and SIDR_REP (tables 119–120), the IP-based
+//! service ID and the `cma_hdr` rdma_cm puts first in a REQ's (and SIDR_REQ's) private
+//! data. spec/rocev2.md §10.
 //!
 //! Field positions follow the tables' Byte[Bit] notation: bit 0 is the most significant bit
 //! of its byte, offsets count from the end of the 24-byte common header.
@@ -40,6 +41,8 @@ pub enum CmAttr {
     Rtu = 0x0014,
     Dreq = 0x0015,
     Drep = 0x0016,
+    SidrReq = 0x0017,
+    SidrRep = 0x0018,
 }
 
 impl CmAttr {
@@ -53,6 +56,8 @@ impl CmAttr {
             0x0014 => Rtu,
             0x0015 => Dreq,
             0x0016 => Drep,
+            0x0017 => SidrReq,
+            0x0018 => SidrRep,
             _ => return None,
         })
     }
@@ -67,6 +72,8 @@ impl CmAttr {
             CmAttr::Rtu => (8, 224),
             CmAttr::Dreq => (12, 220),
             CmAttr::Drep => (8, 224),
+            CmAttr::SidrReq => (16, 216),
+            CmAttr::SidrRep => (96, 136),
         }
     }
 
@@ -103,7 +110,7 @@ pub enum MadError {
     BadClassVersion(u8),
     /// A method other than Send.
     BadMethod(u8),
-    /// LAP, APR, SIDR, ClassPortInfo, ...: not served.
+    /// LAP, APR, ClassPortInfo, ...: not served.
     UnsupportedAttribute(u16),
     Malformed(&'static str),
 }
@@ -240,6 +247,31 @@ pub struct Dreq {
     pub private_data: Vec<u8>,
 }
 
+/// SIDR_REQ (table 119): which QP serves a service ID (a UD port space's).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SidrReq {
+    pub request_id: u32,
+    pub pkey: u16,
+    pub service_id: u64,
+    pub private_data: Vec<u8>,
+}
+
+/// SIDR_REP (table 120).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SidrRep {
+    /// The SIDR_REQ's request ID.
+    pub request_id: u32,
+    /// 0 QP valid, 1 service ID not supported, 2 rejected, 3 no QP, 4 redirect, 5 version.
+    pub status: u8,
+    /// 24 bits.
+    pub qpn: u32,
+    pub service_id: u64,
+    pub qkey: u32,
+    /// Additional information (at most 72 bytes; its length is on the wire).
+    pub info: Vec<u8>,
+    pub private_data: Vec<u8>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CmBody {
     Req(Req),
@@ -249,6 +281,8 @@ pub enum CmBody {
     Rtu(Short),
     Dreq(Dreq),
     Drep(Short),
+    SidrReq(SidrReq),
+    SidrRep(SidrRep),
 }
 
 /// A parsed CM MAD. Private data is the whole fixed area on parse; on emit, shorter data is
@@ -378,6 +412,8 @@ impl CmMad {
             CmBody::Rtu(_) => CmAttr::Rtu,
             CmBody::Dreq(_) => CmAttr::Dreq,
             CmBody::Drep(_) => CmAttr::Drep,
+            CmBody::SidrReq(_) => CmAttr::SidrReq,
+            CmBody::SidrRep(_) => CmAttr::SidrRep,
         }
     }
 
@@ -389,10 +425,13 @@ impl CmMad {
             CmBody::Rep(m) => &m.private_data,
             CmBody::Rtu(m) | CmBody::Drep(m) => &m.private_data,
             CmBody::Dreq(m) => &m.private_data,
+            CmBody::SidrReq(m) => &m.private_data,
+            CmBody::SidrRep(m) => &m.private_data,
         }
     }
 
-    /// The sender's and the receiver's comm IDs (a REQ has no receiver's: 0).
+    /// The sender's and the receiver's comm IDs (a REQ has no receiver's: 0; SIDR has the
+    /// requester's request ID only).
     pub fn comm_ids(&self) -> (u32, u32) {
         match &self.body {
             CmBody::Req(m) => (m.local_comm_id, 0),
@@ -401,6 +440,8 @@ impl CmMad {
             CmBody::Rep(m) => (m.local_comm_id, m.remote_comm_id),
             CmBody::Rtu(m) | CmBody::Drep(m) => (m.local_comm_id, m.remote_comm_id),
             CmBody::Dreq(m) => (m.local_comm_id, m.remote_comm_id),
+            CmBody::SidrReq(m) => (m.request_id, 0),
+            CmBody::SidrRep(m) => (0, m.request_id),
         }
     }
 
@@ -520,6 +561,29 @@ impl CmMad {
                 remote_qpn_eecn: f.u24(8),
                 private_data,
             }),
+            CmAttr::SidrReq => CmBody::SidrReq(SidrReq {
+                request_id: f.u32(0),
+                pkey: f.u16(4),
+                service_id: f.u64(8),
+                private_data,
+            }),
+            CmAttr::SidrRep => {
+                let info_len = f.u8(5) as usize;
+                if info_len > 72 {
+                    return Err(MadError::Malformed(
+                        "SIDR_REP additional-information length over 72",
+                    ));
+                }
+                CmBody::SidrRep(SidrRep {
+                    request_id: f.u32(0),
+                    status: f.u8(4),
+                    qpn: f.u24(8),
+                    service_id: f.u64(12),
+                    qkey: f.u32(20),
+                    info: f.bytes(24, info_len).to_vec(),
+                    private_data,
+                })
+            }
         };
         Ok(CmMad { hdr, body })
     }
@@ -612,6 +676,23 @@ impl CmMad {
                 f.u32(0, m.local_comm_id);
                 f.u32(4, m.remote_comm_id);
                 f.u24(8, m.remote_qpn_eecn);
+            }
+            CmBody::SidrReq(m) => {
+                f.u32(0, m.request_id);
+                f.u16(4, m.pkey);
+                f.u64(8, m.service_id);
+            }
+            CmBody::SidrRep(m) => {
+                if m.info.len() > 72 {
+                    return Err(MadError::Malformed("SIDR_REP information over 72 bytes"));
+                }
+                f.u32(0, m.request_id);
+                f.u8(4, m.status);
+                f.u8(5, m.info.len() as u8);
+                f.u24(8, m.qpn);
+                f.u64(12, m.service_id);
+                f.u32(20, m.qkey);
+                f.bytes(24, &m.info);
             }
         }
         f.bytes(pd_at, pd);
