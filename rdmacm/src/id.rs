@@ -522,14 +522,19 @@ fn private_of(c: Option<&rdma_conn_param>) -> (*const u8, u8) {
     }
 }
 
-/// Our queue pair as announced: the id's QP, or (no QP on the id) the parameters' qp_num.
-fn my_qp(p: &IdPriv, c: Option<&rdma_conn_param>) -> FfiQp {
-    let qpn = if p.cm().qp.is_null() {
-        c.map_or(0, |c| c.qp_num)
+/// The QPN an id announces: its QP's, or (no QP on the id) the application's `param_qpn`.
+pub(crate) fn id_qpn(p: &IdPriv, param_qpn: u32) -> u32 {
+    if p.cm().qp.is_null() {
+        param_qpn
     } else {
         // SAFETY: the id's live QP.
         unsafe { (*p.cm().qp).qp_num }
-    };
+    }
+}
+
+/// Our queue pair as announced: the id's QP, or (no QP on the id) the parameters' qp_num.
+fn my_qp(p: &IdPriv, c: Option<&rdma_conn_param>) -> FfiQp {
+    let qpn = id_qpn(p, c.map_or(0, |c| c.qp_num));
     let psn = lock(&p.st).my_psn;
     FfiQp {
         qpn,

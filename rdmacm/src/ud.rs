@@ -21,12 +21,7 @@ pub(crate) fn sidr_answer(p: &IdPriv, status: u8, param_qpn: u32, pd: *const u8,
     if len as usize > 136 {
         return fail(libc::EINVAL);
     }
-    let qpn = if p.cm().qp.is_null() {
-        param_qpn
-    } else {
-        // SAFETY: the id's live QP.
-        unsafe { (*p.cm().qp).qp_num }
-    };
+    let qpn = crate::id::id_qpn(p, param_qpn);
     let comm = lock(&p.st).comm;
     let Some(ops) = shim::ops() else {
         return fail(libc::ENODEV);
