@@ -621,3 +621,70 @@ fn bad_mads_on_qp1_are_counted_and_dropped() {
     assert!(b.events().is_empty());
     assert!(b.drain(0).is_empty(), "nothing answered");
 }
+
+/// Run `s` alone for `ms` milliseconds from `t0` (ns): its timers fire, whatever it sends is
+/// lost. Returns its completions.
+fn run_alone(s: &mut Side, t0: u64, ms: u64) -> Vec<Completion> {
+    let mut got = Vec::new();
+    for k in 0..ms {
+        let now = t0 + k * 1_000_000;
+        if s.ep.poll_timeout().is_some_and(|t| t <= now) {
+            s.ep.handle_timeout(now);
+        }
+        s.drain(now);
+        got.extend(std::iter::from_fn(|| s.ep.poll_completion()));
+    }
+    got
+}
+
+fn post_ping(a: &mut Side, wr_id: u64) {
+    a.ep.post_send(
+        ConnId(1),
+        QA,
+        SendWr {
+            wr_id,
+            op: SendOp::Send { imm: None },
+            sgl: sge(a.key, 100, 4),
+            signaled: true,
+            solicited: false,
+            fence: false,
+        },
+    )
+    .unwrap();
+}
+
+/// rxe's "retry_cnt 7 = forever" (the default) keeps a SEND the peer never acknowledges
+/// going as long as the connection lives; once the peer's DREQ has ended the connection, the
+/// QP's retries count and the SEND fails with RETRY_EXC_ERR (a peer whose process exited
+/// right after its last ACK was lost would otherwise hang its partner forever).
+// checks: [ROCE-8]
+#[test]
+fn after_the_peers_dreq_retries_are_counted_not_forever() {
+    // Connected, B's side never answers again.
+    let (mut a, _b, _, _) = connected();
+    post_ping(&mut a, 1);
+    let got = run_alone(&mut a, 10_000_000, 3_000);
+    assert!(got.is_empty(), "retried forever while connected: {got:?}");
+
+    // The same, but B disconnects first (its DREQ reaches A; A's DREP and all else is lost).
+    let (mut a, mut b, ia, ib) = connected();
+    b.cm().disconnect(4, ib, b"").unwrap();
+    pump(&mut b, &mut a, 4, &mut keep());
+    assert_eq!(a.events(), vec![RoceCmEvent::Disconnected { id: ia }]);
+    post_ping(&mut a, 2);
+    let got = run_alone(&mut a, 10_000_000, 3_000);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!((got[0].wr_id, got[0].status), (2, Status::RetryExceeded));
+}
+
+/// An id destroyed while connected (rdma_destroy_id without rdma_disconnect) sends a DREQ,
+/// as Linux's CM does, so the peer is told and no event reaches the released id.
+#[test]
+fn releasing_a_connected_id_sends_a_dreq() {
+    let (mut a, mut b, ia, ib) = connected();
+    b.cm().release(4, ib);
+    assert_eq!(pump(&mut b, &mut a, 4, &mut keep()), vec![CmAttr::Dreq]);
+    assert_eq!(a.events(), vec![RoceCmEvent::Disconnected { id: ia }]);
+    assert_eq!(pump(&mut a, &mut b, 5, &mut keep()), vec![CmAttr::Drep]);
+    assert_eq!(b.events(), vec![]);
+}

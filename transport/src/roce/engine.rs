@@ -565,6 +565,7 @@ impl RoceEndpoint {
         if let Some(cm) = self.cm.as_mut() {
             if cm.poll_timeout().is_some_and(|t| t <= now) {
                 cm.handle_timeout(now);
+                self.apply_ended();
             }
         }
         let RoceEndpoint {

@@ -221,6 +221,10 @@ pub(crate) struct Qp {
     prefer_req: bool,
     /// An unreliable connected QP (UC opcodes, no ACKs, no retransmission: `uc.rs`).
     uc: bool,
+    /// The connection manager saw this QP's connection end (the peer's DREQ, its DREP, or
+    /// our DREQ's retries running out): "retry_cnt 7 = forever" no longer applies, since
+    /// nobody will answer a retry once the peer's process is gone (spec/rocev2.md §10).
+    peer_gone: bool,
 }
 
 impl Qp {
@@ -274,6 +278,7 @@ impl Qp {
             },
             prefer_req: false,
             uc: false,
+            peer_gone: false,
         }
     }
 
@@ -472,13 +477,23 @@ impl Qp {
             self.enter_error(ctx, Some(0), Status::RetryExceeded);
             return;
         }
-        if ctx.cfg.retry_cnt != 7 || !ctx.cfg.retry_forever_at_7 {
+        if ctx.cfg.retry_cnt != 7 || !ctx.cfg.retry_forever_at_7 || self.peer_gone {
             self.req.retry_left -= 1;
         }
         ctx.counters.go_back_n += 1;
         let una = self.req.una;
         self.relocate(una);
         self.req.timer = None;
+    }
+
+    /// The connection manager says this QP's connection ended: from now on every retry
+    /// counts, so work the departed peer never acknowledges fails with RETRY_EXC_ERR after
+    /// `retry_cnt` retries instead of being retried forever.
+    pub(crate) fn peer_gone(&mut self, retry_cnt: u8) {
+        if !self.peer_gone {
+            self.peer_gone = true;
+            self.req.retry_left = retry_cnt;
+        }
     }
 
     /// Point the send cursor at PSN `t` (or the first request after it).

@@ -270,6 +270,9 @@ pub struct RoceCm {
     sidr_service: HashMap<u32, u64>,
     tx: VecDeque<(Ipv4Addr, [u8; MAD_LEN])>,
     events: VecDeque<RoceCmEvent>,
+    /// Connections that ended (peer, our QPN), whether or not the application still listens
+    /// for events: the endpoint stops retrying their QPs forever (`take_ended`).
+    ended: Vec<(Ipv4Addr, u32)>,
     pub counters: RoceCmCounters,
 }
 
@@ -288,6 +291,7 @@ impl RoceCm {
             sidr_service: HashMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
+            ended: Vec::new(),
             counters: RoceCmCounters::default(),
         }
     }
@@ -555,10 +559,19 @@ impl RoceCm {
         Ok(())
     }
 
-    /// The application is done with `id`: no more events. A DREQ outstanding runs its
-    /// course; an exchange in progress is abandoned (the peer times out); duplicates are
-    /// still answered during the time-wait.
+    /// The application is done with `id`: no more events. A connected id sends its DREQ, and
+    /// a DREQ outstanding runs its course; an exchange in progress is abandoned (the peer
+    /// times out); duplicates are still answered during the time-wait.
     pub fn release(&mut self, now: u64, id: RoceCmId) {
+        let connected = self.ex.get(&id.0).map(|e| e.state) == Some(State::Established);
+        // A connected id destroyed without rdma_disconnect: the DREQ Linux's CM sends then,
+        // so the peer learns the connection is gone (and stops retrying into it).
+        if connected && self.disconnect(now, id, &[]).is_ok() {
+            if let Some(e) = self.ex.get_mut(&id.0) {
+                e.quiet = true;
+            }
+            return;
+        }
         if let Some(e) = self.ex.get_mut(&id.0) {
             e.quiet = true;
             if e.state == State::DreqSent || e.state == State::TimeWait {
@@ -579,6 +592,11 @@ impl RoceCm {
             .is_some_and(|e| e.state != State::TimeWait)
     }
 
+    /// Connections that ended since the last call: (peer, our QPN).
+    pub fn take_ended(&mut self) -> Vec<(Ipv4Addr, u32)> {
+        std::mem::take(&mut self.ended)
+    }
+
     fn emit(&mut self, ev: RoceCmEvent) {
         let id = match &ev {
             RoceCmEvent::ConnectRequest { id, .. }
@@ -590,6 +608,11 @@ impl RoceCm {
             | RoceCmEvent::SidrRequest { id, .. }
             | RoceCmEvent::SidrResponse { id, .. } => *id,
         };
+        if let (RoceCmEvent::Disconnected { .. }, Some(e)) = (&ev, self.ex.get(&id.0)) {
+            if e.local_qpn != 0 {
+                self.ended.push((e.peer, e.local_qpn));
+            }
+        }
         if !self.ex.get(&id.0).is_some_and(|e| e.quiet) {
             self.events.push_back(ev);
         }

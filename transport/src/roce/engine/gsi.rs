@@ -63,7 +63,20 @@ impl RoceEndpoint {
         self.counters.rx_pkts += 1;
         self.counters.gsi_mads_received += 1;
         cm.handle(now, src, pkt.payload);
+        self.apply_ended();
         true
+    }
+
+    /// QPs whose connection the CM saw end stop retrying forever (`Qp::peer_gone`).
+    pub(super) fn apply_ended(&mut self) {
+        let Some(cm) = self.cm.as_mut() else {
+            return;
+        };
+        for (peer, qpn) in cm.take_ended() {
+            if let Some(&i) = self.by_key.get(&(peer, qpn)) {
+                self.qps[i].peer_gone(self.cfg.retry_cnt);
+            }
+        }
     }
 
     /// A CM MAD as a UD SEND from QP1 to QP1 of its destination.
