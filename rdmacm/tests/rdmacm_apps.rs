@@ -193,11 +193,25 @@ fn pair_test_at(
     let mut failures = Vec::new();
     for &loss in losses {
         let t0 = Instant::now();
-        let ((ct, cc), (st, sc)) = run_two(&env, server, client, loss, map);
-        let r = if cc != Some(0) || sc != Some(0) {
-            Err(format!("exit: client {cc:?}, server {sc:?}"))
-        } else {
-            check(&ct, &st)
+        let mut tries = 0;
+        let (r, ct, st) = loop {
+            tries += 1;
+            let ((ct, cc), (st, sc)) = run_two(&env, server, client, loss, map);
+            let r = if cc != Some(0) || sc != Some(0) {
+                Err(format!("exit: client {cc:?}, server {sc:?}"))
+            } else {
+                check(&ct, &st)
+            };
+            // Under loss, a program whose last exchange is a SEND and whose partner exits
+            // as soon as that SEND completes can lose the final ACK with nobody left to
+            // answer the retry (perftest's closing handshake): the client fails after its
+            // results, on any RDMA device. Run such a case once more; twice is a failure.
+            let teardown_race =
+                loss > 0.0 && sc == Some(0) && cc != Some(0) && check(&ct, &st).is_ok();
+            if r.is_ok() || !teardown_race || tries == 2 {
+                break (r, ct, st);
+            }
+            eprintln!("| {client:<50} | {:>4.1} % | client failed after its results (exit {cc:?}): once more", loss * 100.0);
         };
         eprintln!(
             "| {client:<50} | {:>4.1} % | {} ({:.1} s)",
