@@ -98,6 +98,34 @@ impl FfiEvent {
             qkey: 0,
         }
     }
+
+    /// An event of `kind` about `id`, every other field empty.
+    pub fn of(kind: u32, id: u32) -> FfiEvent {
+        FfiEvent {
+            kind,
+            id,
+            ..FfiEvent::empty()
+        }
+    }
+
+    /// A CONNECT_REQUEST (RC or, by its port space, UD): who asks, for which service.
+    pub fn request(
+        id: u32,
+        peer: Ipv4Addr,
+        local_addr: Ipv4Addr,
+        port_space: u16,
+        port: u16,
+        peer_port: u16,
+    ) -> FfiEvent {
+        FfiEvent {
+            peer: u32::from(peer),
+            local_addr: u32::from(local_addr),
+            port_space,
+            port,
+            peer_port,
+            ..FfiEvent::of(kind::CONNECT_REQUEST, id)
+        }
+    }
 }
 
 /// The callback librdmacm registers.
@@ -177,8 +205,7 @@ fn ffi_qp(q: &QpInfo) -> FfiQp {
 }
 
 fn ffi_event(e: &CmEvent) -> Option<(FfiEvent, Vec<u8>)> {
-    let mut f = FfiEvent::empty();
-    let pd = match e {
+    Some(match e {
         CmEvent::ConnectRequest {
             id,
             peer,
@@ -189,50 +216,34 @@ fn ffi_event(e: &CmEvent) -> Option<(FfiEvent, Vec<u8>)> {
             qp,
             private_data,
         } => {
-            f.kind = kind::CONNECT_REQUEST;
-            f.id = id.0;
-            f.peer = u32::from(*peer);
-            f.local_addr = u32::from(*local_addr);
-            f.port_space = *port_space;
-            f.port = *port;
-            f.peer_port = *peer_port;
+            let mut f = FfiEvent::request(id.0, *peer, *local_addr, *port_space, *port, *peer_port);
             f.qp = ffi_qp(qp);
-            private_data.clone()
+            (f, private_data.clone())
         }
         CmEvent::ConnectResponse {
             id,
             qp,
             private_data,
         } => {
-            f.kind = kind::CONNECT_RESPONSE;
-            f.id = id.0;
+            let mut f = FfiEvent::of(kind::CONNECT_RESPONSE, id.0);
             f.qp = ffi_qp(qp);
-            private_data.clone()
+            (f, private_data.clone())
         }
         CmEvent::Established { id, private_data } => {
-            f.kind = kind::ESTABLISHED;
-            f.id = id.0;
-            private_data.clone()
+            (FfiEvent::of(kind::ESTABLISHED, id.0), private_data.clone())
         }
         CmEvent::Rejected {
             id,
             reason,
             private_data,
         } => {
-            f.kind = kind::REJECTED;
-            f.id = id.0;
+            let mut f = FfiEvent::of(kind::REJECTED, id.0);
             f.reason = *reason;
-            private_data.clone()
+            (f, private_data.clone())
         }
-        CmEvent::Unreachable { id } => {
-            f.kind = kind::UNREACHABLE;
-            f.id = id.0;
-            Vec::new()
-        }
+        CmEvent::Unreachable { id } => (FfiEvent::of(kind::UNREACHABLE, id.0), Vec::new()),
         CmEvent::Disconnected { id, private_data } => {
-            f.kind = kind::DISCONNECTED;
-            f.id = id.0;
-            private_data.clone()
+            (FfiEvent::of(kind::DISCONNECTED, id.0), private_data.clone())
         }
         // A UD id's CONNECT_REQUEST: librdmacm knows it by the port space.
         CmEvent::SidrRequest {
@@ -243,32 +254,30 @@ fn ffi_event(e: &CmEvent) -> Option<(FfiEvent, Vec<u8>)> {
             peer_port,
             local_addr,
             private_data,
-        } => {
-            f.kind = kind::CONNECT_REQUEST;
-            f.id = id.0;
-            f.peer = u32::from(*peer);
-            f.local_addr = u32::from(*local_addr);
-            f.port_space = *port_space;
-            f.port = *port;
-            f.peer_port = *peer_port;
-            private_data.clone()
-        }
+        } => (
+            FfiEvent::request(id.0, *peer, *local_addr, *port_space, *port, *peer_port),
+            private_data.clone(),
+        ),
         CmEvent::SidrResponse {
             id,
             status,
             qpn,
             qkey,
             private_data,
-        } => {
-            f.kind = kind::SIDR_RESPONSE;
-            f.id = id.0;
-            f.reason = *status as u16;
-            f.qp.qpn = *qpn;
-            f.qkey = *qkey;
-            private_data.clone()
-        }
-    };
-    Some((f, pd))
+        } => (
+            sidr_response(id.0, *status, *qpn, *qkey),
+            private_data.clone(),
+        ),
+    })
+}
+
+/// A SIDR_RESPONSE: the status, and the peer's UD QPN and Q_Key.
+pub fn sidr_response(id: u32, status: u8, qpn: u32, qkey: u32) -> FfiEvent {
+    let mut f = FfiEvent::of(kind::SIDR_RESPONSE, id);
+    f.reason = status as u16;
+    f.qp.qpn = qpn;
+    f.qkey = qkey;
+    f
 }
 
 /// The native transport with the CM beside it.

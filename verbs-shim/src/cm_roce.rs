@@ -52,8 +52,7 @@ fn ffi_qp(q: &CmQp) -> FfiQp {
 }
 
 fn ffi_event(e: &RoceCmEvent) -> Option<(FfiEvent, Vec<u8>)> {
-    let mut f = FfiEvent::empty();
-    let pd = match e {
+    Some(match e {
         RoceCmEvent::ConnectRequest {
             id,
             peer,
@@ -66,52 +65,32 @@ fn ffi_event(e: &RoceCmEvent) -> Option<(FfiEvent, Vec<u8>)> {
             private_data,
             ..
         } => {
-            f.kind = kind::CONNECT_REQUEST;
-            f.id = id.0;
-            f.peer = u32::from(*peer);
-            f.local_addr = u32::from(*local_addr);
-            f.port_space = *port_space;
-            f.port = *port;
-            f.peer_port = *peer_port;
+            let mut f = FfiEvent::request(id.0, *peer, *local_addr, *port_space, *port, *peer_port);
             f.qp = ffi_qp(qp);
             f.mtu = *mtu;
-            private_data.clone()
+            (f, private_data.clone())
         }
         RoceCmEvent::ConnectResponse {
             id,
             qp,
             private_data,
         } => {
-            f.kind = kind::CONNECT_RESPONSE;
-            f.id = id.0;
+            let mut f = FfiEvent::of(kind::CONNECT_RESPONSE, id.0);
             f.qp = ffi_qp(qp);
-            private_data.clone()
+            (f, private_data.clone())
         }
-        RoceCmEvent::Established { id } => {
-            f.kind = kind::ESTABLISHED;
-            f.id = id.0;
-            Vec::new()
-        }
+        RoceCmEvent::Established { id } => (FfiEvent::of(kind::ESTABLISHED, id.0), Vec::new()),
         RoceCmEvent::Rejected {
             id,
             reason,
             private_data,
         } => {
-            f.kind = kind::REJECTED;
-            f.id = id.0;
+            let mut f = FfiEvent::of(kind::REJECTED, id.0);
             f.reason = *reason;
-            private_data.clone()
+            (f, private_data.clone())
         }
-        RoceCmEvent::Unreachable { id } => {
-            f.kind = kind::UNREACHABLE;
-            f.id = id.0;
-            Vec::new()
-        }
-        RoceCmEvent::Disconnected { id } => {
-            f.kind = kind::DISCONNECTED;
-            f.id = id.0;
-            Vec::new()
-        }
+        RoceCmEvent::Unreachable { id } => (FfiEvent::of(kind::UNREACHABLE, id.0), Vec::new()),
+        RoceCmEvent::Disconnected { id } => (FfiEvent::of(kind::DISCONNECTED, id.0), Vec::new()),
         RoceCmEvent::SidrRequest {
             id,
             peer,
@@ -120,32 +99,21 @@ fn ffi_event(e: &RoceCmEvent) -> Option<(FfiEvent, Vec<u8>)> {
             peer_port,
             local_addr,
             private_data,
-        } => {
-            f.kind = kind::CONNECT_REQUEST;
-            f.id = id.0;
-            f.peer = u32::from(*peer);
-            f.local_addr = u32::from(*local_addr);
-            f.port_space = *port_space;
-            f.port = *port;
-            f.peer_port = *peer_port;
-            private_data.clone()
-        }
+        } => (
+            FfiEvent::request(id.0, *peer, *local_addr, *port_space, *port, *peer_port),
+            private_data.clone(),
+        ),
         RoceCmEvent::SidrResponse {
             id,
             status,
             qpn,
             qkey,
             private_data,
-        } => {
-            f.kind = kind::SIDR_RESPONSE;
-            f.id = id.0;
-            f.reason = *status as u16;
-            f.qp.qpn = *qpn;
-            f.qkey = *qkey;
-            private_data.clone()
-        }
-    };
-    Some((f, pd))
+        } => (
+            crate::cm::sidr_response(id.0, *status, *qpn, *qkey),
+            private_data.clone(),
+        ),
+    })
 }
 
 /// Hand the CM's queued events to librdmacm (engine thread).
