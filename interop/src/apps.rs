@@ -285,9 +285,18 @@ pub fn shim_lib_dir(dir: &Path) -> Result<PathBuf, String> {
             d = x.parent().map(Path::to_path_buf);
         }
     }
-    let lib = cands
-        .into_iter()
-        .find(|p| p.exists())
+    // An explicit $FERROCE_VERBS_LIB wins; else the newest build: `cargo build --tests`
+    // refreshes only deps/, so target/release/libibverbs.so (and the librdmacm.so beside it)
+    // may be an older one.
+    let explicit = std::env::var_os("FERROCE_VERBS_LIB").is_some();
+    let mtime = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let existing = cands.into_iter().filter(|p| p.exists());
+    let lib = if explicit {
+        existing.take(1).next()
+    } else {
+        existing.max_by_key(mtime)
+    };
+    let lib = lib
         .ok_or("the ferroce verbs shim (libibverbs.so) is not built: cargo build --release -p ferroce-verbs, or set FERROCE_VERBS_LIB")?;
     let out = dir.join("shim");
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;

@@ -233,6 +233,10 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
                 s.set_rxe_loss(rxe)?;
             }
             for p in &o.programs {
+                if o.rxe_rxe && p.cm {
+                    crate::util::log(&format!("{}: no rxe-rxe run for rdma_cm programs", p.name));
+                    continue;
+                }
                 for &role in &o.roles {
                     let r = if o.rxe_rxe {
                         s.rxe_vs_rxe_as(p, role, mtu, o.limit)
