@@ -26,62 +26,102 @@ pub enum Kind {
     PingPong,
     Bw,
     Lat,
-    /// An rdma_cm program (rping): connects through the CMs (ferroce's IBTA CM on QP1 of its
-    /// RoCEv2 device, the kernel's in the VM), no TCP exchange.
+    /// rping: judged by its ping lines.
     Cm,
+    /// udaddy (RDMA_PS_UDP: SIDR REQ/REP, then UD datagrams): judged by its "test complete".
+    Sidr,
 }
 
 /// One program of the matrix with the arguments both sides get (besides `-d`, `-m`).
 #[derive(Clone, Copy, Debug)]
 pub struct Program {
+    /// The matrix's name (`ib_write_bw-R` is `ib_write_bw` with `-R`).
     pub name: &'static str,
+    /// The executable in /usr/bin.
+    pub bin: &'static str,
     pub args: &'static str,
     pub kind: Kind,
+    /// Connects through the CMs (ferroce's IBTA CM on QP1 of its RoCEv2 device over its
+    /// librdmacm, the kernel's in the VM), no TCP exchange.
+    pub cm: bool,
 }
 
 /// The matrix's programs. Iteration counts are small: rxe runs under software emulation.
 pub const PROGRAMS: &[Program] = &[
     Program {
         name: "ibv_rc_pingpong",
+        bin: "ibv_rc_pingpong",
         args: "-g 1 -c -n 100",
         kind: Kind::PingPong,
+        cm: false,
     },
     // Plain IBTA UD (no CM): DETH with Q_Key and source QP, the GRH area on receive.
     Program {
         name: "ibv_ud_pingpong",
+        bin: "ibv_ud_pingpong",
         args: "-g 1 -c -n 100",
         kind: Kind::PingPong,
+        cm: false,
     },
     Program {
         name: "ib_send_bw",
+        bin: "ib_send_bw",
         args: "-x 1 -F -n 200",
         kind: Kind::Bw,
+        cm: false,
     },
     Program {
         name: "ib_write_bw",
+        bin: "ib_write_bw",
         args: "-x 1 -F -n 200",
         kind: Kind::Bw,
+        cm: false,
     },
     Program {
         name: "ib_read_bw",
+        bin: "ib_read_bw",
         args: "-x 1 -F -n 200",
         kind: Kind::Bw,
+        cm: false,
     },
     Program {
         name: "ib_atomic_bw",
+        bin: "ib_atomic_bw",
         args: "-x 1 -F -n 200",
         kind: Kind::Bw,
+        cm: false,
     },
     Program {
         name: "ib_write_lat",
+        bin: "ib_write_lat",
         args: "-x 1 -F -n 200",
         kind: Kind::Lat,
+        cm: false,
     },
     // rdma_cm: REQ/REP/RTU and DREQ/DREP as CM MADs on QP1, then RC SEND/READ/WRITE.
     Program {
         name: "rping",
+        bin: "rping",
         args: "-v -C 20",
         kind: Kind::Cm,
+        cm: true,
+    },
+    // Not in the CI set (rxe_vm.rs), for `ferroce interop rxe` / FERROCE_INTEROP_PROGRAMS:
+    // perftest over rdma_cm (its QP found through REQ/REP/RTU instead of its TCP exchange).
+    Program {
+        name: "ib_write_bw-R",
+        bin: "ib_write_bw",
+        args: "-R -F -n 200",
+        kind: Kind::Bw,
+        cm: true,
+    },
+    // RDMA_PS_UDP: SIDR REQ/REP on QP1, then UD datagrams to the QP and Q_Key the reply named.
+    Program {
+        name: "udaddy",
+        bin: "udaddy",
+        args: "-c 1 -C 10",
+        kind: Kind::Sidr,
+        cm: true,
     },
 ];
 
@@ -114,8 +154,9 @@ impl Role {
 fn mtu_args(p: &Program, mtu: u32) -> String {
     if p.name == "ibv_ud_pingpong" {
         format!("{} -s {mtu}", p.args)
-    } else if p.kind == Kind::Cm {
-        // The path MTU is the initiator's port's: the link MTU sets it on both sides.
+    } else if matches!(p.kind, Kind::Cm | Kind::Sidr) {
+        // The path MTU is the initiator's port's: the link MTU sets it on both sides (udaddy's
+        // datagrams are its default -S, under any MTU).
         p.args.to_string()
     } else {
         format!("{} -m {mtu}", p.args)
@@ -182,6 +223,13 @@ pub fn judge(
             ok &= pings.iter().all(|&n| n == RPING_COUNT);
             figure = format!("{}+{} pings", pings[0], pings[1]);
         }
+        Kind::Sidr => {
+            // udaddy: each side reports its transfers done and exits with "return status 0".
+            let done =
+                |t: &str| t.contains("data transfers complete") && t.contains("return status 0");
+            ok &= done(a.0) && done(b.0);
+            figure = if ok { "SIDR + UD".into() } else { "-".into() };
+        }
         Kind::PingPong => {
             ok &= a.0.contains("iters in") && b.0.contains("iters in");
             if let Some(l) = figure_from.lines().find(|l| l.contains("usec/iter")) {
@@ -237,9 +285,18 @@ pub fn shim_lib_dir(dir: &Path) -> Result<PathBuf, String> {
             d = x.parent().map(Path::to_path_buf);
         }
     }
-    let lib = cands
-        .into_iter()
-        .find(|p| p.exists())
+    // An explicit $FERROCE_VERBS_LIB wins; else the newest build: `cargo build --tests`
+    // refreshes only deps/, so target/release/libibverbs.so (and the librdmacm.so beside it)
+    // may be an older one.
+    let explicit = std::env::var_os("FERROCE_VERBS_LIB").is_some();
+    let mtime = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let existing = cands.into_iter().filter(|p| p.exists());
+    let lib = if explicit {
+        existing.take(1).next()
+    } else {
+        existing.max_by_key(mtime)
+    };
+    let lib = lib
         .ok_or("the ferroce verbs shim (libibverbs.so) is not built: cargo build --release -p ferroce-verbs, or set FERROCE_VERBS_LIB")?;
     let out = dir.join("shim");
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
@@ -357,7 +414,7 @@ impl Session {
     /// A host-side program in the lab namespace over the shim (ferroce's RoCEv2 device).
     fn ferroce_cmd(
         &mut self,
-        prog: &str,
+        p: &Program,
         args: &str,
         loss: f64,
         limit: Duration,
@@ -367,9 +424,9 @@ impl Session {
         }
         let mut c = self.lab.command("timeout");
         c.args(["-k", "3", &limit.as_secs().to_string()])
-            .arg(Path::new("/usr/bin").join(prog));
-        if program(prog).is_some_and(|p| p.kind == Kind::Cm) {
-            // rdma_cm programs pick no device: librdmacm uses the RoCEv2 one's CM.
+            .arg(Path::new("/usr/bin").join(p.bin));
+        if p.cm {
+            // librdmacm picks no device by name: it uses the RoCEv2 one's CM.
             if !self.shim.as_ref().unwrap().join("librdmacm.so.1").exists() {
                 return Err(
                     "ferroce's librdmacm.so is not built: cargo build --release -p ferroce-rdmacm"
@@ -377,7 +434,8 @@ impl Session {
                 );
             }
             c.env("FERROCE_CM_DEVICE", "ferroce0_rocev2");
-        } else {
+        }
+        if has_device_arg(p) {
             c.args(["-d", "ferroce0_rocev2"]);
         }
         c.args(args.split_whitespace())
@@ -417,6 +475,10 @@ impl Session {
         if self.vms.len() < 2 {
             return Err("rxe_vs_rxe needs two VMs".into());
         }
+        if p.cm {
+            // The rxe-rxe baseline waits for a TCP listener; the CM programs have none.
+            return Err(format!("{}: no rxe-rxe run for rdma_cm programs", p.name));
+        }
         let t0 = Instant::now();
         let before = self.wire_counts();
         let args = mtu_args(p, mtu);
@@ -425,9 +487,9 @@ impl Session {
             Role::Server => (1, 0),
         };
         let server_ip = self.vms[srv].ip;
-        let job = self.vms[srv].start(&format!("{} -d rxe0 {args}", p.name), limit)?;
+        let job = self.vms[srv].start(&format!("{} -d rxe0 {args}", p.bin), limit)?;
         self.vms[srv].wait_listening(PORT, Duration::from_secs(20))?;
-        let c = self.vms[cli].run(&format!("{} -d rxe0 {args} {server_ip}", p.name), limit)?;
+        let c = self.vms[cli].run(&format!("{} -d rxe0 {args} {server_ip}", p.bin), limit)?;
         let s = self.vms[srv].wait_job(job)?;
         let (ok, figure) = judge(p, (&c.text, Some(c.code)), (&s.text, Some(s.code)), &c.text);
         let rxe = self.rxe_loss_pct();
@@ -461,7 +523,7 @@ impl Session {
         loss: f64,
         limit: Duration,
     ) -> Result<RunResult, String> {
-        if p.kind == Kind::Cm {
+        if p.cm {
             return self.cm_vs_rxe(p, role, mtu, loss, limit);
         }
         let t0 = Instant::now();
@@ -470,7 +532,7 @@ impl Session {
         let vm_ip = self.vms[0].ip;
         let (host, vm): ((String, Option<i32>), VmOut) = match role {
             Role::Server => {
-                let mut c = self.ferroce_cmd(p.name, &args, loss, limit)?;
+                let mut c = self.ferroce_cmd(p, &args, loss, limit)?;
                 let h = Bounded::spawn(&mut c, limit + Duration::from_secs(10))?;
                 let t = Instant::now();
                 while !self.lab.tcp_listening(PORT) {
@@ -480,14 +542,14 @@ impl Session {
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                let v = self.vms[0].run(&format!("{} -d rxe0 {args} {HOST_IP}", p.name), limit);
+                let v = self.vms[0].run(&format!("{} -d rxe0 {args} {HOST_IP}", p.bin), limit);
                 let o = h.wait();
                 ((o.text(), o.code), v?)
             }
             Role::Client => {
-                let job = self.vms[0].start(&format!("{} -d rxe0 {args}", p.name), limit)?;
+                let job = self.vms[0].start(&format!("{} -d rxe0 {args}", p.bin), limit)?;
                 self.vms[0].wait_listening(PORT, Duration::from_secs(20))?;
-                let mut c = self.ferroce_cmd(p.name, &format!("{args} {vm_ip}"), loss, limit)?;
+                let mut c = self.ferroce_cmd(p, &format!("{args} {vm_ip}"), loss, limit)?;
                 let o = Bounded::spawn(&mut c, limit + Duration::from_secs(10))?.wait();
                 let v = self.vms[0].wait_job(job)?;
                 ((o.text(), o.code), v)
@@ -528,7 +590,7 @@ impl Session {
 }
 
 impl Session {
-    /// An rdma_cm program (rping) between ferroce and rxe: no TCP port to wait for, so the
+    /// An rdma_cm program (rping, udaddy, perftest -R) between ferroce and rxe: no TCP port to wait for, so the
     /// server is given time to listen (the VM's: until `rdma res` shows its listening id;
     /// ferroce's: a few seconds, and its CM's listen grace covers a REQ that comes early).
     fn cm_vs_rxe(
@@ -545,16 +607,18 @@ impl Session {
         let vm_ip = self.vms[0].ip;
         let (host, vm): ((String, Option<i32>), VmOut) = match role {
             Role::Server => {
-                let mut c =
-                    self.ferroce_cmd(p.name, &format!("-s {args} -a {FERROCE_IP}"), loss, limit)?;
+                let a = cm_args(p, &args, Role::Server, FERROCE_IP);
+                let mut c = self.ferroce_cmd(p, &a, loss, limit)?;
                 let h = Bounded::spawn(&mut c, limit + Duration::from_secs(10))?;
                 std::thread::sleep(Duration::from_secs(4));
-                let v = self.vms[0].run(&format!("{} -c {args} -a {FERROCE_IP}", p.name), limit);
+                let a = cm_args(p, &args, Role::Client, FERROCE_IP);
+                let v = self.vms[0].run(&format!("{} {}{a}", p.bin, vm_dev(p)), limit);
                 let o = h.wait();
                 ((o.text(), o.code), v?)
             }
             Role::Client => {
-                let job = self.vms[0].start(&format!("{} -s {args} -a {vm_ip}", p.name), limit)?;
+                let a = cm_args(p, &args, Role::Server, vm_ip);
+                let job = self.vms[0].start(&format!("{} {}{a}", p.bin, vm_dev(p)), limit)?;
                 let t = Instant::now();
                 loop {
                     let o = self.vms[0].run("rdma res show cm_id", Duration::from_secs(10))?;
@@ -562,18 +626,28 @@ impl Session {
                         break;
                     }
                     if t.elapsed() > Duration::from_secs(20) {
-                        return Err(format!("rping in the VM never listened:\n{}", o.text));
+                        return Err(format!("{} in the VM never listened:\n{}", p.bin, o.text));
                     }
                     std::thread::sleep(Duration::from_millis(300));
                 }
-                let mut c =
-                    self.ferroce_cmd(p.name, &format!("-c {args} -a {vm_ip}"), loss, limit)?;
+                let a = cm_args(p, &args, Role::Client, vm_ip);
+                let mut c = self.ferroce_cmd(p, &a, loss, limit)?;
                 let o = Bounded::spawn(&mut c, limit + Duration::from_secs(10))?.wait();
                 let v = self.vms[0].wait_job(job)?;
                 ((o.text(), o.code), v)
             }
         };
-        let (ok, figure) = judge(p, (&host.0, host.1), (&vm.text, Some(vm.code)), "");
+        // perftest prints its result on the client.
+        let client_text = match role {
+            Role::Server => vm.text.clone(),
+            Role::Client => host.0.clone(),
+        };
+        let (ok, figure) = judge(
+            p,
+            (&host.0, host.1),
+            (&vm.text, Some(vm.code)),
+            &client_text,
+        );
         Ok(RunResult {
             program: p.name,
             role: role.as_str(),
@@ -581,7 +655,7 @@ impl Session {
             loss_pct: loss * 100.0 + self.rxe_loss_pct(),
             loss_side: loss_side(loss, self.rxe_loss_pct()),
             wire: self.wire_counts().zip(before).map(|(a, b)| a.since(b)),
-            bytes: None,
+            bytes: moved_bytes(&client_text),
             ok,
             figure,
             secs: t0.elapsed().as_secs_f64(),
@@ -606,6 +680,35 @@ impl Drop for Session {
         if !self.keep_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// Whether the program takes `-d DEVICE` (perftest and the pingpongs; the rdmacm-utils
+/// programs find the device from the address).
+fn has_device_arg(p: &Program) -> bool {
+    !matches!(p.kind, Kind::Cm | Kind::Sidr)
+}
+
+/// `-d rxe0 ` for the VM's side of a CM program that takes a device.
+fn vm_dev(p: &Program) -> &'static str {
+    if has_device_arg(p) {
+        "-d rxe0 "
+    } else {
+        ""
+    }
+}
+
+/// The arguments of a CM program's `side` with `addr` the server's address (the one it binds
+/// to, the one the client connects to).
+fn cm_args(p: &Program, args: &str, side: Role, addr: std::net::Ipv4Addr) -> String {
+    match (p.kind, side) {
+        (Kind::Cm, Role::Server) => format!("-s {args} -a {addr}"),
+        (Kind::Cm, Role::Client) => format!("-c {args} -a {addr}"),
+        (Kind::Sidr, Role::Server) => format!("{args} -b {addr}"),
+        (Kind::Sidr, Role::Client) => format!("{args} -s {addr}"),
+        // perftest -R: the server binds the wildcard on its port, the client names the server.
+        (_, Role::Server) => args.to_string(),
+        (_, Role::Client) => format!("{args} {addr}"),
     }
 }
 
@@ -692,6 +795,44 @@ mod tests {
         assert!(!judge(&p, (&short, Some(0)), (&s, Some(0)), "").0);
         assert!(!judge(&p, (&c, Some(0)), (&s, Some(1)), "").0);
         assert_eq!(mtu_args(&p, 4096), "-v -C 20");
+    }
+
+    #[test]
+    fn judges_udaddy_by_both_sides_completing() {
+        let p = program("udaddy").unwrap();
+        let c = "udaddy: starting client\nudaddy: connecting\ninitiating data transfers\nreceiving data transfers\ndata transfers complete\ntest complete\nreturn status 0\n";
+        let s = "udaddy: starting server\nreceiving data transfers\nsending replies\ndata transfers complete\ntest complete\nreturn status 0\n";
+        assert_eq!(
+            judge(&p, (c, Some(0)), (s, Some(0)), ""),
+            (true, "SIDR + UD".into())
+        );
+        // A client that never got its SIDR reply.
+        let bad = "udaddy: starting client\nudaddy: connecting\nudaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: -110\ntest complete\nreturn status -110\n";
+        assert!(!judge(&p, (bad, Some(146)), (s, Some(0)), "").0);
+        assert!(!judge(&p, (c, Some(0)), (s, Some(1)), "").0);
+        assert_eq!(mtu_args(&p, 1024), "-c 1 -C 10");
+        let ip = std::net::Ipv4Addr::new(198, 18, 0, 11);
+        assert_eq!(cm_args(&p, "-c 1", Role::Server, ip), "-c 1 -b 198.18.0.11");
+        assert_eq!(cm_args(&p, "-c 1", Role::Client, ip), "-c 1 -s 198.18.0.11");
+        assert_eq!(vm_dev(&p), "");
+    }
+
+    #[test]
+    fn perftest_over_rdma_cm_takes_its_device_and_the_server_address() {
+        let p = program("ib_write_bw-R").unwrap();
+        assert_eq!((p.bin, p.cm), ("ib_write_bw", true));
+        let a = mtu_args(&p, 1024);
+        assert_eq!(a, "-R -F -n 200 -m 1024");
+        let ip = std::net::Ipv4Addr::new(198, 18, 0, 2);
+        assert_eq!(cm_args(&p, &a, Role::Server, ip), a);
+        assert_eq!(
+            cm_args(&p, &a, Role::Client, ip),
+            "-R -F -n 200 -m 1024 198.18.0.2"
+        );
+        assert_eq!(vm_dev(&p), "-d rxe0 ");
+        let p = program("rping").unwrap();
+        assert_eq!(cm_args(&p, "-v", Role::Server, ip), "-s -v -a 198.18.0.2");
+        assert_eq!(vm_dev(&p), "");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Bumped whenever the initramfs layout or its init script changes.
-const FORMAT: &str = "rxe-vm-7";
+const FORMAT: &str = "rxe-vm-8";
 
 /// Kernel modules the VM loads (their dependencies are added from each module's `.modinfo`).
 /// rdma_rxe computes its ICRC through the crypto API's "crc32", hence crc32_generic;
@@ -42,6 +42,7 @@ const PROGRAMS: &[&[&str]] = &[
     &["/usr/bin/ib_read_lat"],
     &["/usr/bin/ib_atomic_lat"],
     &["/usr/bin/rping"],
+    &["/usr/bin/udaddy"],
 ];
 
 const MULTIARCH: &str = "x86_64-linux-gnu";

@@ -88,7 +88,8 @@ const USAGE: &str = "usage: ferroce interop rxe [--programs a,b] [--mtu 1024,409
   Linux soft-RoCE (rdma_rxe) in a qemu VM, each program with ferroce as server and as client.
   Needs root; installs qemu-system-x86, busybox-static, perftest, ... from Debian when missing.
   Programs: ibv_rc_pingpong ibv_ud_pingpong ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw
-  ib_write_lat rping (default: all; rping connects through the CMs: ferroce's IBTA CM on QP1).
+  ib_write_lat rping ib_write_bw-R udaddy (default: all; the last three connect through the
+  CMs: ferroce's IBTA CM on QP1, udaddy by SIDR).
   --loss drops ferroce's packets (its injector); --rxe-loss drops rxe's own transmissions (an
   nftables rule on the lab's bridge, on packets from the VM to UDP 4791). --rxe-rxe runs rxe in
   a second VM in ferroce's place (two VMs: the baseline for the same loss).";
@@ -232,6 +233,10 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
                 s.set_rxe_loss(rxe)?;
             }
             for p in &o.programs {
+                if o.rxe_rxe && p.cm {
+                    crate::util::log(&format!("{}: no rxe-rxe run for rdma_cm programs", p.name));
+                    continue;
+                }
                 for &role in &o.roles {
                     let r = if o.rxe_rxe {
                         s.rxe_vs_rxe_as(p, role, mtu, o.limit)
