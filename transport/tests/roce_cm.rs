@@ -688,3 +688,32 @@ fn releasing_a_connected_id_sends_a_dreq() {
     assert_eq!(pump(&mut a, &mut b, 5, &mut keep()), vec![CmAttr::Drep]);
     assert_eq!(b.events(), vec![]);
 }
+
+/// A DREQ reaching an id that ended without a DREP of its own to repeat (its own DREQ went
+/// unanswered) is answered with a DREP, as Linux answers in time-wait.
+#[test]
+fn a_dreq_in_time_wait_with_nothing_to_repeat_gets_a_drep() {
+    let (mut a, mut b, ia, ib) = connected();
+    // A's DREQ and every retry are lost: A gives up (Disconnected) and waits in time-wait.
+    a.cm().disconnect(4, ia, b"").unwrap();
+    let mut t = 4;
+    let mut ev = Vec::new();
+    for _ in 0..20 {
+        a.drain(t);
+        t += rto();
+        fire(&mut a, t);
+        ev = a.events();
+        if !ev.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(ev, vec![RoceCmEvent::Disconnected { id: ia }]);
+    a.drain(t);
+    // Still in time-wait (not forgotten, which would answer anyway).
+    t += 1;
+    // B's DREQ now gets a DREP, and B is told at once rather than after its own retries.
+    b.cm().disconnect(t, ib, b"").unwrap();
+    assert_eq!(pump(&mut b, &mut a, t, &mut keep()), vec![CmAttr::Dreq]);
+    assert_eq!(pump(&mut a, &mut b, t, &mut keep()), vec![CmAttr::Drep]);
+    assert_eq!(b.events(), vec![RoceCmEvent::Disconnected { id: ib }]);
+}

@@ -206,6 +206,12 @@ impl RoceCm {
                         self.emit(RoceCmEvent::Disconnected { id: RoceCmId(id) });
                         self.timewait(now, id, last);
                     }
+                    // In time-wait after a silent end (a release, or a DREQ of ours that timed
+                    // out) there is no DREP to repeat: answer with one, as Linux does.
+                    State::TimeWait if self.ex[&id].last.is_none() => {
+                        self.counters.duplicates += 1;
+                        self.send(src, tid, drep(id, dreq.local_comm_id));
+                    }
                     _ => {
                         self.counters.duplicates += 1;
                         self.resend_last(id);
