@@ -94,9 +94,9 @@ impl WireLoss {
         if !std::path::Path::new("/usr/sbin/nft").exists() && which_nft().is_none() {
             return Err("nft not found: apt-get install nftables".into());
         }
-        let dir = std::env::temp_dir().join(format!("ferroce-nft-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let f = dir.join(format!("{}.nft", lab.ns));
+        // One file, removed below (a directory per process was left behind).
+        let f =
+            std::env::temp_dir().join(format!("ferroce-nft-{}-{}.nft", std::process::id(), lab.ns));
         std::fs::write(&f, &rules).map_err(|e| e.to_string())?;
         let r = run_bounded(
             nft(&lab.ns).arg("-f").arg(&f).stdin(Stdio::null()),
