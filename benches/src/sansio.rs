@@ -76,6 +76,10 @@ pub struct CoreConfig {
     /// Diagnostic: run with denormal floats flushed to zero (x86-64 MXCSR FTZ and DAZ), to
     /// show what subnormal arithmetic in the core costs.
     pub ftz: bool,
+    /// Pacing batch (spec/congestion.md §2.1): the DPDK engine's by default, so the core is
+    /// measured as the engine runs it; 1 paces packet by packet, as the simulator does.
+    pub pace_burst: u32,
+    pub pace_quantum_ns: u64,
 }
 
 impl CoreConfig {
@@ -89,6 +93,8 @@ impl CoreConfig {
             line_rate_mbps: 100_000,
             one_way_ns: 2_000,
             ftz: false,
+            pace_burst: ferroce_transport::ENGINE_PACE_BURST,
+            pace_quantum_ns: ferroce_transport::ENGINE_PACE_QUANTUM_NS,
         }
     }
 
@@ -264,6 +270,8 @@ impl Pair {
         };
         ca.conn.paths = paths;
         ca.conn.mtu = payload.clamp(64, u16::MAX as u32) as u16;
+        ca.conn.pace_burst = cfg.pace_burst.max(1);
+        ca.conn.pace_quantum_ns = cfg.pace_quantum_ns;
         let mut cb = ca.clone();
         cb.seed = cfg.opts.seed ^ 0xb0b;
         let msg = payload * cfg.msg_packets.max(1);
@@ -826,6 +834,14 @@ fn setup(cfg: &CoreConfig) -> Vec<String> {
             cfg.packets,
             cfg.warmup()
         ),
+        if cfg.pace_burst > 1 {
+            format!(
+                "pacing: batches of up to {} packets, none held over {} ns (the DPDK engine's; --pace-burst 1: packet by packet, as the simulator)",
+                cfg.pace_burst, cfg.pace_quantum_ns
+            )
+        } else {
+            "pacing: packet by packet (--pace-burst 1, the simulator's)".into()
+        },
     ];
     if cfg.ftz {
         v.push("--ftz: subnormal floats flushed to zero in this thread (diagnostic)".into());

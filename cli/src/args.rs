@@ -139,6 +139,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", global = true,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub msg_packets: Option<u32>,
+    /// Core only: packets the pacer releases together [default: 16, the DPDK engine's; 1:
+    /// packet by packet, as the simulator paces].
+    #[arg(long, value_name = "N", global = true,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub pace_burst: Option<u32>,
     /// Core only: print the report as JSON instead of the table.
     #[arg(long, global = true)]
     pub json: bool,

@@ -551,6 +551,9 @@ fn run_core(a: &BenchArgs, opts: Opts, bar: &Bar) -> Result<bool, String> {
         cfg.msg_packets = m;
     }
     cfg.ftz = a.ftz;
+    if let Some(b) = a.pace_burst {
+        cfg.pace_burst = b;
+    }
     let r = sansio::run(&cfg, bar);
     let csv = a.out.join("core.csv");
     write_csv(&sansio::csv(&r), &csv)?;

@@ -120,6 +120,10 @@ pub struct TransportSection {
     pub initial_rto_us: u64,
     pub ack_every: u32,
     pub ack_delay_us: u64,
+    /// Pacing batch (spec/congestion.md §2.1): packets released together at most, and the
+    /// longest one is held to fill a batch. `pace_burst = 1` paces packet by packet.
+    pub pace_burst: u32,
+    pub pace_quantum_ns: u64,
     /// Connections accepted at most, in total and from one address (spec/security.md §3.1).
     pub max_accepted: u32,
     pub max_accepted_per_peer: u32,
@@ -137,6 +141,8 @@ impl Default for TransportSection {
             initial_rto_us: 5_000,
             ack_every: 4,
             ack_delay_us: 20,
+            pace_burst: ferroce_transport::ENGINE_PACE_BURST,
+            pace_quantum_ns: ferroce_transport::ENGINE_PACE_QUANTUM_NS,
             max_accepted: 65_536,
             max_accepted_per_peer: 65_536,
         }
@@ -624,6 +630,9 @@ impl Config {
         c.conn.initial_rto_ns = t.initial_rto_us * 1000;
         c.conn.ack_every = t.ack_every;
         c.conn.ack_delay_ns = t.ack_delay_us * 1000;
+        c.conn.pace_burst = t.pace_burst.max(1);
+        // Not 0: that would read as "the core's default" and get the engine's batch.
+        c.conn.pace_quantum_ns = t.pace_quantum_ns.max(1);
         c.conn.mtu = engine::payload_mtu(self.port.mtu);
         c
     }

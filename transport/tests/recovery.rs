@@ -179,3 +179,92 @@ fn a_paced_sender_asked_late_catches_up_within_its_credit() {
         "with credit: {late} packets at once"
     );
 }
+
+// checks: [CC-14]
+/// Pacing in batches (congestion.md §2.1): with `pace_burst` B a paced sender that is asked
+/// at every step sends B packets back to back once B are due, not one per gap, at the same
+/// rate; a quantum shorter than one gap keeps it packet by packet.
+#[test]
+fn a_paced_sender_releases_batches_at_the_same_rate() {
+    // Per poll that sent data, how many data packets it sent; and data packets in all.
+    let run = |burst: u32, quantum_ns: u64| -> (Vec<usize>, usize) {
+        let mut p = Pair::with(|c| {
+            c.line_rate_mbps = 1_000; // a gap of ~1.5 µs per 64-byte chunk
+            c.conn.pace_burst = burst;
+            c.conn.pace_quantum_ns = quantum_ns;
+        });
+        let lkey = p.ma.register(1, 0x1000, 1 << 20, access::LOCAL_WRITE);
+        let rkey = p.mb.register(1, DST, 1 << 20, access::REMOTE_WRITE);
+        let write = |id: u64| {
+            wr(
+                id,
+                SendOp::Write {
+                    rkey,
+                    raddr: DST + id * 4096,
+                    imm: None,
+                },
+                sge(lkey, 0x1000 + id * 4096, 4096),
+            )
+        };
+        p.a.post_send(p.a_conn, 1, write(0)).unwrap();
+        run_until(&mut p, 1, |_| false); // warm: RTT samples and the receiver's hint
+        for id in 1..200 {
+            p.a.post_send(p.a_conn, 1, write(id)).unwrap();
+        }
+        let mut batches = Vec::new();
+        let mut total = 0;
+        for i in 0..4_000 {
+            for e in [&mut p.a, &mut p.b] {
+                if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                    e.handle_timeout(p.now);
+                }
+            }
+            let mut data = 0;
+            while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+                let d = p.buf[..t.len].to_vec();
+                data += Packet::parse(&d).is_ok_and(|k| k.opcode() == Opcode::Write) as usize;
+                p.b.handle_datagram(p.now, A, t.src_port, false, &d, &mut p.mb);
+            }
+            while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+                let d = p.buf[..t.len].to_vec();
+                p.a.handle_datagram(p.now, B, t.src_port, false, &d, &mut p.ma);
+            }
+            // Past the hint's arrival and the first run's start.
+            if i >= 500 && data > 0 {
+                batches.push(data);
+            }
+            if i >= 500 {
+                total += data;
+            }
+            p.now += 100;
+        }
+        assert!(p.a.connection(p.a_conn).unwrap().peer_hint_mbps > 0);
+        (batches, total)
+    };
+    let (single, n1) = run(1, 0);
+    let (batched, n4) = run(4, 1_000_000);
+    let (short_quantum, nq) = run(4, 100);
+    assert!(
+        single.iter().all(|&b| b == 1),
+        "packet by packet: {single:?}"
+    );
+    assert!(
+        short_quantum.iter().all(|&b| b == 1),
+        "a quantum below one gap holds nothing: {short_quantum:?}"
+    );
+    assert!(batched.len() > 10, "batches sent: {batched:?}");
+    // Every batch but a run's first packet is full.
+    let full = batched.iter().filter(|&&b| b == 4).count();
+    assert!(
+        full + 2 >= batched.len() && batched.iter().all(|&b| b <= 4),
+        "batches of 4: {batched:?}"
+    );
+    // The same rate: within about one batch (held at either end of the window) of the
+    // sender with credit but no batch; packet by packet without credit, a sender asked at
+    // 100 ns steps loses up to a step per gap, so it is never faster.
+    assert!(
+        n4.abs_diff(nq) <= 6,
+        "{n4} batched vs {nq} packets at the same hint"
+    );
+    assert!(n1 <= nq + 1, "{n1} without credit vs {nq} with");
+}

@@ -217,6 +217,12 @@ pub fn native_transport(
 ) -> std::io::Result<Box<dyn Transport + Send>> {
     cfg.conn.mtu = payload_mtu(ip_mtu);
     cfg.conn.pace_catch_up = cfg.conn.pace_catch_up.max(ENGINE_PACE_CATCH_UP);
+    // The core's defaults (the simulator's packet-by-packet pacing) get the engine's batch;
+    // a configuration that chose its own keeps it.
+    if cfg.conn.pace_burst <= 1 && cfg.conn.pace_quantum_ns == 0 {
+        cfg.conn.pace_burst = ferroce_transport::ENGINE_PACE_BURST;
+        cfg.conn.pace_quantum_ns = ferroce_transport::ENGINE_PACE_QUANTUM_NS;
+    }
     let s = crate::entropy::os_secret()?;
     let mut b = [0u8; 8];
     b.copy_from_slice(&s[..8]);

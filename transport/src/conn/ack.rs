@@ -72,6 +72,7 @@ impl Connection {
                     Some(t) if t > now => t,
                     _ => now + splitmix64(self.seed ^ now) % self.hint_gap().max(1),
                 };
+                self.pace_batch = true; // the first packet goes at exactly this time
                 self.pace_armed = self.pace_next > now;
             }
         }
@@ -120,6 +121,7 @@ impl Connection {
                     // otherwise all start together.
                     _ => t + gap * (now.saturating_sub(t) / gap.max(1) + 1),
                 };
+                self.pace_batch = true; // the first packet goes at exactly this time
                 self.pace_armed = self.pace_next > now;
             }
         }

@@ -321,6 +321,10 @@ pub struct Connection {
     /// that is still ahead (then `poll_timeout` reports it).
     pace_next: u64,
     pace_armed: bool,
+    /// A released batch of `pace_burst` packets is being sent (more are due now), and the
+    /// gap of the last paced packet, which spaces the next release (§2.1).
+    pace_batch: bool,
+    pace_gap: u64,
     /// The next packet starts a new paced run (after idling or being held by a window or a
     /// NIC port): it gets no catch-up credit.
     pace_fresh: bool,
@@ -476,6 +480,8 @@ impl Connection {
             rack_time: 0,
             pace_next: 0,
             pace_armed: false,
+            pace_batch: false,
+            pace_gap: 0,
             pace_fresh: true,
             last_ack_at: 0,
             hint_req_at: None,

@@ -173,7 +173,8 @@ impl Connection {
             && self.has_unsent()
             && matches!(self.state, ConnState::Open | ConnState::Closing)
         {
-            all = Some(all.map_or(self.pace_next, |x| x.min(self.pace_next)));
+            let at = self.pace_release_at();
+            all = Some(all.map_or(at, |x| x.min(at)));
         }
         (all, work)
     }
@@ -209,7 +210,7 @@ impl Connection {
                 .iter()
                 .any(|p| p.plane != p.home_plane && p.home_probe_at.is_none())
         {
-            if self.pace_armed && self.pace_next <= now {
+            if self.pace_armed && self.pace_release_at() <= now {
                 self.pace_armed = false;
             }
             return;
@@ -312,7 +313,7 @@ impl Connection {
             }
         }
         self.detect_time_losses(now);
-        if self.pace_armed && self.pace_next <= now {
+        if self.pace_armed && self.pace_release_at() <= now {
             self.pace_armed = false; // the next packet may go: the endpoint polls us again
         }
         if self

@@ -123,6 +123,17 @@ impl Connection {
         Some(pick)
     }
 
+    /// When the pacer next lets a data packet go (spec/congestion.md §2.1): at `pace_next`
+    /// within a released batch, otherwise once a batch is due: `n - 1` gaps of the last
+    /// paced packet after `pace_next`, `n = min(pace_burst, 1 + pace_quantum / gap)`.
+    pub(super) fn pace_release_at(&self) -> u64 {
+        if self.pace_batch || self.cfg.pace_burst <= 1 || self.pace_gap == 0 {
+            return self.pace_next;
+        }
+        let held = (self.cfg.pace_quantum_ns / self.pace_gap).min(self.cfg.pace_burst as u64 - 1);
+        self.pace_next + held * self.pace_gap
+    }
+
     pub(super) fn emit_data(
         &mut self,
         now: u64,
@@ -211,8 +222,12 @@ impl Connection {
         }
         // Paced at the receiver's hint: the rate is what the receiver allots, whatever the
         // RTT (a window of one packet per RTT would favour near senders).
-        if self.peer_hint_mbps != 0 && now < self.pace_next {
-            return None;
+        if self.peer_hint_mbps != 0 {
+            if now < self.pace_release_at() {
+                return None;
+            }
+            // Released: the packets due now go back to back (build_packet ends the batch).
+            self.pace_batch = true;
         }
         // Nothing goes out unless some path has room for a full packet (checked without
         // choosing one: `build_packet` chooses, once, for the chunk it builds).
@@ -490,14 +505,21 @@ impl Connection {
             // that was idle, or held by its window or a full NIC port, earns no credit.
             let wire = (len + WIRE_OVERHEAD) as f64;
             let gap = (wire * 8000.0 / self.peer_hint_mbps as f64) as u64;
+            // A released batch is owed its packets: the credit covers at least the batch.
+            let credit = self
+                .cfg
+                .pace_catch_up
+                .max(self.cfg.pace_burst.saturating_sub(1));
             let from = if std::mem::take(&mut self.pace_fresh) {
                 self.pace_next.max(now)
             } else {
-                self.pace_next
-                    .max(now.saturating_sub(gap * self.cfg.pace_catch_up as u64))
+                self.pace_next.max(now.saturating_sub(gap * credit as u64))
             };
             self.pace_next = from + gap;
-            self.pace_armed = self.pace_next > now;
+            self.pace_gap = gap;
+            // The batch lasts while packets are due; the next one waits for a full batch.
+            self.pace_batch &= self.pace_next <= now;
+            self.pace_armed = self.pace_release_at() > now;
         }
         let entropy = self.paths[pi].entropy;
         self.last_tx_port = self.paths[pi].plane;
