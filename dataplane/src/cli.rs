@@ -64,6 +64,8 @@ address = "198.18.1.11"      # the engine's own address, not the kernel's
 [transport]
 line_rate_mbps = 10000
 min_rto_us = 2000
+pace_burst = 16              # paced packets released together (1: one by one)
+pace_quantum_ns = 2000       # none held longer than this to fill a batch
 
 [fault.tx]                   # also [fault.rx]
 loss = 0.0                   # 0.01 = 1 %
