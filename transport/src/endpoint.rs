@@ -10,17 +10,20 @@ use crate::mem::Memory;
 use crate::wire::{Body, Packet, WireError, NATIVE_UDP_PORT};
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::Ipv4Addr;
 
 mod shares;
+mod table;
+
+use table::ConnTable;
 
 /// All native connections of one host.
 #[derive(Debug)]
 pub struct Endpoint {
     cfg: EndpointConfig,
-    /// BTreeMap: iteration order (and so every run) is deterministic.
-    conns: BTreeMap<u32, Connection>,
+    /// By id, index-based (`table.rs`); embedders see them in id order.
+    conns: ConnTable,
     by_peer: HashMap<(Ipv4Addr, u32), u32>,
     /// Accepted connections (those in `by_peer`) per peer address: the OPEN bounds.
     accepted_from: HashMap<Ipv4Addr, u32>,
@@ -59,7 +62,7 @@ impl Endpoint {
             // Ids of another incarnation (same seed, other run) are unrelated: §2.6.
             id_state: cfg.seed ^ cfg.incarnation,
             cfg,
-            conns: BTreeMap::new(),
+            conns: ConnTable::default(),
             by_peer: HashMap::default(),
             accepted_from: HashMap::default(),
             ready: VecDeque::new(),
@@ -189,7 +192,7 @@ impl Endpoint {
     }
 
     pub fn connections(&self) -> impl Iterator<Item = &Connection> {
-        self.conns.values()
+        self.conns.values_by_id()
     }
 
     fn conn(&mut self, c: ConnId) -> Result<&mut Connection, PostError> {
@@ -493,27 +496,38 @@ impl Endpoint {
 
     /// Drop connections that are closed or failed (their completions were delivered).
     pub fn reap(&mut self) {
-        let dead: Vec<u32> = self
+        let mut dead: Vec<u32> = self
             .conns
-            .iter()
-            .filter(|(_, c)| matches!(c.state, ConnState::Closed | ConnState::Failed))
-            .map(|(k, _)| *k)
+            .values()
+            .filter(|c| matches!(c.state, ConnState::Closed | ConnState::Failed))
+            .map(|c| c.id.0)
             .collect();
+        dead.sort_unstable();
         for k in dead {
-            if let Some(c) = self.conns.remove(&k) {
-                let from = &mut self.accepted_from;
-                self.by_peer.retain(|(a, _), v| {
-                    if *v != c.id.0 {
-                        return true;
-                    }
-                    if let Some(n) = from.get_mut(a) {
-                        *n -= 1;
-                        if *n == 0 {
-                            from.remove(a);
-                        }
-                    }
-                    false
-                });
+            let Some(c) = self.conns.remove(&k) else {
+                continue;
+            };
+            // An accepted connection is keyed by its OPEN's (source, src_conn), which are its
+            // peer and peer id (set once, from that OPEN): one removal, not a pass over every
+            // accepted connection per dead one (quadratic when many close together).
+            let key = (c.peer, c.peer_conn);
+            if self.by_peer.get(&key) == Some(&k) {
+                self.by_peer.remove(&key);
+                self.release_accepted(c.peer);
+            }
+            debug_assert!(
+                self.by_peer.values().all(|&v| v != k),
+                "connection {k} left in by_peer"
+            );
+        }
+    }
+
+    /// One accepted connection from `peer` is gone: it no longer counts toward the bounds.
+    fn release_accepted(&mut self, peer: Ipv4Addr) {
+        if let Some(n) = self.accepted_from.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.accepted_from.remove(&peer);
             }
         }
     }
