@@ -259,27 +259,43 @@ impl Cm {
         qp: QpInfo,
         private_data: &[u8],
     ) -> Result<CmId, CmError> {
-        Self::check_pd(CmOpcode::Req, private_data)?;
-        let id = self.alloc();
-        let m = CmMsg {
-            dst_comm: 0,
-            src_comm: id,
-            body: CmBody::Req {
-                port_space,
-                dst_port: port,
-                src_port,
-                qp,
-                dst_addr: peer,
-            },
-            private_data: private_data.to_vec(),
+        let body = CmBody::Req {
+            port_space,
+            dst_port: port,
+            src_port,
+            qp,
+            dst_addr: peer,
         };
+        self.start_exchange(now, peer, State::ReqSent, body, private_data)
+    }
+
+    /// Start an exchange with `peer` under a new comm id: its first message (a REQ or a
+    /// SIDR_REQ) goes out now and is retransmitted every `rto` until answered.
+    fn start_exchange(
+        &mut self,
+        now: u64,
+        peer: Ipv4Addr,
+        state: State,
+        body: CmBody,
+        private_data: &[u8],
+    ) -> Result<CmId, CmError> {
+        let mut m = CmMsg {
+            dst_comm: 0,
+            src_comm: 0,
+            body,
+            private_data: Vec::new(),
+        };
+        Self::check_pd(m.opcode(), private_data)?;
+        let id = self.alloc();
+        m.src_comm = id;
+        m.private_data = private_data.to_vec();
         let last = self.send(peer, &m);
         self.ex.insert(
             id,
             Exchange {
                 peer,
                 remote: 0,
-                state: State::ReqSent,
+                state,
                 last: Some(last),
                 retries: 0,
                 deadline: Some(now + self.cfg.rto_ns),

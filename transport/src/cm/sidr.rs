@@ -3,7 +3,7 @@
 //! from the application's `sidr_reply` (or at once, UNSUPPORTED, for a port nobody listens
 //! on after the listen grace), and repeats that answer to duplicates during the time-wait.
 
-use super::{sidr_status, Cm, CmBody, CmError, CmEvent, CmId, CmMsg, CmOpcode, Exchange, State};
+use super::{sidr_status, Cm, CmBody, CmError, CmEvent, CmId, CmMsg, CmOpcode, State};
 use std::net::Ipv4Addr;
 
 impl Cm {
@@ -18,33 +18,13 @@ impl Cm {
         src_port: u16,
         private_data: &[u8],
     ) -> Result<CmId, CmError> {
-        Self::check_pd(CmOpcode::SidrReq, private_data)?;
-        let id = self.alloc();
-        let m = CmMsg {
-            dst_comm: 0,
-            src_comm: id,
-            body: CmBody::SidrReq {
-                port_space,
-                dst_port: port,
-                src_port,
-                dst_addr: peer,
-            },
-            private_data: private_data.to_vec(),
+        let body = CmBody::SidrReq {
+            port_space,
+            dst_port: port,
+            src_port,
+            dst_addr: peer,
         };
-        let last = self.send(peer, &m);
-        self.ex.insert(
-            id,
-            Exchange {
-                peer,
-                remote: 0,
-                state: State::SidrReqSent,
-                last: Some(last),
-                retries: 0,
-                deadline: Some(now + self.cfg.rto_ns),
-                quiet: false,
-            },
-        );
-        Ok(CmId(id))
+        self.start_exchange(now, peer, State::SidrReqSent, body, private_data)
     }
 
     /// Answer a SidrRequest: `status` [`sidr_status::SUCCESS`] with the UD QP that serves

@@ -234,6 +234,16 @@ enum State {
     TimeWait,
 }
 
+/// What starts an exchange (`RoceCm::start_exchange`).
+struct Start {
+    peer: Ipv4Addr,
+    /// The id's own port, for rdma_cm's header.
+    src_port: u16,
+    attr: CmAttr,
+    state: State,
+    local_qpn: u32,
+}
+
 #[derive(Debug)]
 struct Exchange {
     peer: Ipv4Addr,
@@ -363,65 +373,87 @@ impl RoceCm {
 
     /// Send a REQ (retransmitted until a REP, REJ or MRA).
     pub fn connect(&mut self, now: u64, p: &ConnectParams) -> Result<RoceCmId, RoceCmError> {
-        Self::check_pd(CmAttr::Req, &p.private_data)?;
         let mtu = mtu_enum(p.mtu);
         if mtu == 0 {
             return Err(RoceCmError::InvalidMtu);
         }
+        let start = Start {
+            peer: p.peer,
+            src_port: p.src_port,
+            attr: CmAttr::Req,
+            state: State::ReqSent,
+            local_qpn: p.qp.qpn & 0x00ff_ffff,
+        };
+        self.start_exchange(now, start, &p.private_data, |c, id, pd| {
+            CmBody::Req(Req {
+                local_comm_id: id,
+                service_id: wire::ip_service_id(p.port_space, p.port),
+                local_ca_guid: c.ca_guid,
+                local_qpn: p.qp.qpn & 0x00ff_ffff,
+                responder_resources: p.qp.responder_resources,
+                initiator_depth: p.qp.initiator_depth,
+                remote_cm_response_timeout: c.cm_response_timeout,
+                transport_service_type: 0,
+                end_to_end_flow_control: true,
+                starting_psn: p.qp.starting_psn & 0x00ff_ffff,
+                local_cm_response_timeout: c.cm_response_timeout,
+                retry_count: p.qp.retry_count.min(7),
+                pkey: 0xffff,
+                path_mtu: mtu,
+                rnr_retry_count: p.qp.rnr_retry_count.min(7),
+                max_cm_retries: c.max_cm_retries.min(15),
+                // What Linux rdma_cm puts in a RoCEv2 REQ: permissive LIDs (not subnet-local),
+                // the IPv4-mapped GIDs, the IPv4 TTL as hop limit; no alternate path.
+                primary: CmPath {
+                    local_lid: 0xffff,
+                    remote_lid: 0xffff,
+                    local_gid: wire::ipv4_gid(c.local_ip),
+                    remote_gid: wire::ipv4_gid(p.peer),
+                    packet_rate: 3,
+                    hop_limit: 64,
+                    local_ack_timeout: p.local_ack_timeout.min(31),
+                    ..Default::default()
+                },
+                private_data: pd,
+                ..Default::default()
+            })
+        })
+    }
+
+    /// Start an exchange under a new comm id: its first message (a REQ or a SIDR_REQ, built
+    /// by `body` from the id and the private data behind rdma_cm's header) goes out now and
+    /// is retransmitted, as the message itself announces, every CM response timeout up to
+    /// `max_cm_retries` times.
+    fn start_exchange(
+        &mut self,
+        now: u64,
+        s: Start,
+        private_data: &[u8],
+        body: impl FnOnce(&RoceCmConfig, u32, Vec<u8>) -> CmBody,
+    ) -> Result<RoceCmId, RoceCmError> {
+        Self::check_pd(s.attr, private_data)?;
         let id = self.alloc();
         let tid = self.tid();
         let mut pd = CmaHdr {
-            src_port: p.src_port,
+            src_port: s.src_port,
             src: self.cfg.local_ip,
-            dst: p.peer,
+            dst: s.peer,
         }
         .emit()
         .to_vec();
-        pd.extend_from_slice(&p.private_data);
-        let c = &self.cfg;
-        let req = Req {
-            local_comm_id: id,
-            service_id: wire::ip_service_id(p.port_space, p.port),
-            local_ca_guid: c.ca_guid,
-            local_qpn: p.qp.qpn & 0x00ff_ffff,
-            responder_resources: p.qp.responder_resources,
-            initiator_depth: p.qp.initiator_depth,
-            remote_cm_response_timeout: c.cm_response_timeout,
-            transport_service_type: 0,
-            end_to_end_flow_control: true,
-            starting_psn: p.qp.starting_psn & 0x00ff_ffff,
-            local_cm_response_timeout: c.cm_response_timeout,
-            retry_count: p.qp.retry_count.min(7),
-            pkey: 0xffff,
-            path_mtu: mtu,
-            rnr_retry_count: p.qp.rnr_retry_count.min(7),
-            max_cm_retries: c.max_cm_retries.min(15),
-            // What Linux rdma_cm puts in a RoCEv2 REQ: permissive LIDs (not subnet-local),
-            // the IPv4-mapped GIDs, the IPv4 TTL as hop limit; no alternate path.
-            primary: CmPath {
-                local_lid: 0xffff,
-                remote_lid: 0xffff,
-                local_gid: wire::ipv4_gid(c.local_ip),
-                remote_gid: wire::ipv4_gid(p.peer),
-                packet_rate: 3,
-                hop_limit: 64,
-                local_ack_timeout: p.local_ack_timeout.min(31),
-                ..Default::default()
-            },
-            private_data: pd,
-            ..Default::default()
-        };
-        let timeout_ns = self.wait_ns(req.remote_cm_response_timeout);
-        let max_retries = req.max_cm_retries as u32;
-        let last = self.send(p.peer, tid, CmBody::Req(req));
+        pd.extend_from_slice(private_data);
+        let timeout_ns = self.wait_ns(self.cfg.cm_response_timeout);
+        let max_retries = self.cfg.max_cm_retries.min(15) as u32;
+        let body = body(&self.cfg, id, pd);
+        let last = self.send(s.peer, tid, body);
         self.ex.insert(
             id,
             Exchange {
-                peer: p.peer,
+                peer: s.peer,
                 remote: 0,
                 remote_qpn: 0,
-                local_qpn: p.qp.qpn & 0x00ff_ffff,
-                state: State::ReqSent,
+                local_qpn: s.local_qpn,
+                state: s.state,
                 tid,
                 last,
                 retries: 0,

@@ -26,44 +26,21 @@ impl RoceCm {
         src_port: u16,
         private_data: &[u8],
     ) -> Result<RoceCmId, RoceCmError> {
-        Self::check_pd(CmAttr::SidrReq, private_data)?;
-        let id = self.alloc();
-        let tid = self.tid();
-        let mut pd = CmaHdr {
+        let start = Start {
+            peer,
             src_port,
-            src: self.cfg.local_ip,
-            dst: peer,
-        }
-        .emit()
-        .to_vec();
-        pd.extend_from_slice(private_data);
-        let req = SidrReq {
-            request_id: id,
-            pkey: 0xffff,
-            service_id: wire::ip_service_id(port_space, port),
-            private_data: pd,
+            attr: CmAttr::SidrReq,
+            state: State::SidrReqSent,
+            local_qpn: 0,
         };
-        let timeout_ns = self.wait_ns(self.cfg.cm_response_timeout);
-        let max_retries = self.cfg.max_cm_retries.min(15) as u32;
-        let last = self.send(peer, tid, CmBody::SidrReq(req));
-        self.ex.insert(
-            id,
-            Exchange {
-                peer,
-                remote: 0,
-                remote_qpn: 0,
-                local_qpn: 0,
-                state: State::SidrReqSent,
-                tid,
-                last,
-                retries: 0,
-                max_retries,
-                timeout_ns,
-                deadline: Some(now + timeout_ns),
-                quiet: false,
-            },
-        );
-        Ok(RoceCmId(id))
+        self.start_exchange(now, start, private_data, |_, id, pd| {
+            CmBody::SidrReq(SidrReq {
+                request_id: id,
+                pkey: 0xffff,
+                service_id: wire::ip_service_id(port_space, port),
+                private_data: pd,
+            })
+        })
     }
 
     /// Answer a SidrRequest: [`sidr_status::SUCCESS`] with the UD QP serving the port, or a
