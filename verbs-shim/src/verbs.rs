@@ -1130,12 +1130,15 @@ unsafe fn create_qp(
         return fail(libc::ENODEV, "");
     }
     let qpn = state::new_qpn();
-    // No remote access until ibv_modify_qp grants it (qp_access_flags starts at 0).
-    let domain = global()
-        .mrs
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .new_domain(pdh, 0);
+    // No remote access until ibv_modify_qp grants it (qp_access_flags starts at 0). An XRC
+    // target reaches the memory of its XRC domain's SRQs' PDs (mr.rs).
+    let domain = {
+        let mut mrs = global().mrs.write().unwrap_or_else(|p| p.into_inner());
+        match &xrc {
+            Some(crate::xrc::XrcRole::Recv(x)) => mrs.new_xrc_domain(crate::xrc::domain_id(x), 0),
+            _ => mrs.new_domain(pdh, 0),
+        }
+    };
     let st = Arc::new(QpShared {
         qpn,
         pd: domain,
@@ -1719,8 +1722,13 @@ unsafe extern "C" fn op_post_send(
         // An XRC initiator's message: the XRC header, then the application's bytes, copied
         // at post time (xrc.rs).
         // SAFETY: the union member XRC work requests use (an integer whatever the QP type).
-        let srqn = xrc_send.then_some(unsafe { w.qp_type.xrc.remote_srqn });
-        if srqn.is_some() && !matches!(op, SendOp::Send { .. }) {
+        // Only a SEND carries it; WRITE, READ and atomics go to the target's memory through
+        // the XRC_RECV QP (spec/transport.md §3.7, XRC-3). WRITE_IMM would need an SRQ entry
+        // the native stream cannot name: not offered.
+        let srqn = xrc_send
+            .then_some(unsafe { w.qp_type.xrc.remote_srqn })
+            .filter(|_| matches!(op, SendOp::Send { .. }));
+        if xrc_send && matches!(op, SendOp::Write { imm: Some(_), .. }) {
             set_bad(wr);
             return libc::EOPNOTSUPP;
         }
@@ -2009,6 +2017,13 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     lock(&b.st.q).clear();
     if let Some(x) = &b.xrcd {
         crate::xrc::forget_srq(b.num);
+        // SAFETY: the SRQ's PD, live while the SRQ is (verbs forbids freeing it first).
+        let pd = unsafe { (*b.srq.pd).handle };
+        global()
+            .mrs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove_xrc_pd(crate::xrc::domain_id(x), pd);
         x.users.fetch_sub(1, Ordering::SeqCst);
     }
     0

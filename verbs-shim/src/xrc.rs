@@ -7,8 +7,10 @@
 //! SRQ's number from the work request (spec/transport.md §3.7). The initiator copies header
 //! and data into one shim-owned region at post time ([`message`]); the target keeps virtual
 //! SRQ receives on its stream, bound to no SRQ until the header names one of its domain
-//! (`srq.rs`), and reports the completion on that SRQ's CQ. WRITE, READ and atomics on XRC
-//! QPs are EOPNOTSUPP at post; `ibv_open_qp` is not offered (EOPNOTSUPP).
+//! (`srq.rs`), and reports the completion on that SRQ's CQ. WRITE, READ and atomics carry
+//! no header: they reach the target's memory through the XRC_RECV QP, whose remote accesses
+//! are allowed to the PDs of its domain's SRQs (`mr.rs`). WRITE_WITH_IMM (it would need an
+//! SRQ entry) is EOPNOTSUPP at post; `ibv_open_qp` is not offered (EOPNOTSUPP).
 //!
 //! Only the native device (`ferroce0`) offers XRC (`IBV_DEVICE_XRC`); on the RoCEv2 device
 //! XRC domains and QPs answer EOPNOTSUPP (IBTA's XRCETH is not spoken there).
@@ -323,6 +325,13 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
         Err(e) => return fail(e, "ibv_create_srq_ex: capabilities"),
     };
     if let Some((x, _)) = xrcd {
+        // SAFETY: a live PD of this context (checked above).
+        let pd = unsafe { (*a.pd).handle };
+        global()
+            .mrs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .add_xrc_pd(domain_id(&x), pd);
         x.users.fetch_add(1, Ordering::SeqCst);
         b.xrcd = Some(x);
         register_srq(b.num, &b.st);
