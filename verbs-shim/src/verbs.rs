@@ -14,7 +14,7 @@ use crate::state::{
     WrMeta,
 };
 use crate::sys::*;
-use ferroce_dataplane::engine::Command;
+use ferroce_dataplane::engine::{Command, TransportFn};
 use ferroce_transport::{RecvWr, SendOp, SendWr, SgList, Sge};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::mem::{offset_of, size_of};
@@ -256,11 +256,9 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.hw_ver = 1;
     a.max_qp = 1 << 16;
     a.max_qp_wr = MAX_QP_WR as c_int;
-    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
-    if dev.mode == Mode::Native {
-        // XRC domains, SRQs and QPs (xrc.rs); the RoCEv2 device does not speak XRCETH.
-        a.device_cap_flags |= IBV_DEVICE_XRC;
-    }
+    // XRC domains, SRQs and QPs (xrc.rs) on both devices: native XRC streams, IBTA XRC
+    // (XRCETH) on the RoCEv2 device.
+    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_XRC;
     a.max_sge = 16;
     a.max_sge_rd = 16;
     a.max_cq = 1 << 16;
@@ -1063,14 +1061,8 @@ unsafe fn create_qp(
     };
     let xrc = match (a.qp_type, xrcd) {
         (IBV_QPT_RC | IBV_QPT_UD | IBV_QPT_UC, None) => None,
-        (IBV_QPT_XRC_SEND, None) if ctx.dev.mode == Mode::Native => Some(crate::xrc::XrcRole::Send),
+        (IBV_QPT_XRC_SEND, None) => Some(crate::xrc::XrcRole::Send),
         (IBV_QPT_XRC_RECV, Some((_, x))) => Some(crate::xrc::XrcRole::Recv(x)),
-        (IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV, _) if ctx.dev.mode != Mode::Native => {
-            return fail(
-                libc::EOPNOTSUPP,
-                "ibv_create_qp: XRC is offered by the native device only",
-            );
-        }
         (IBV_QPT_XRC_RECV, None) => {
             return fail(libc::EINVAL, "ibv_create_qp: an XRC_RECV QP needs an XRCD");
         }
@@ -1434,7 +1426,12 @@ pub unsafe extern "C" fn ibv_modify_qp(
     unsafe { (*qp).state = new };
     let want_stream = match st.mode {
         Mode::Native => new == IBV_QPS_RTR || new == IBV_QPS_RTS,
-        Mode::Roce => new == IBV_QPS_RTS,
+        // An XRC target only responds (its responses take the requests' PSNs): it needs no
+        // sq_psn and usually stays in RTR.
+        Mode::Roce => {
+            new == IBV_QPS_RTS
+                || (new == IBV_QPS_RTR && matches!(st.xrc, Some(crate::xrc::XrcRole::Recv(_))))
+        }
     };
     let peer = inner.peer;
     let request = want_stream && !inner.requested;
@@ -1647,6 +1644,12 @@ fn submit_as(q: &Arc<QpShared>, p: Pending, quiet: bool) {
                     stream: q.qpn,
                     wr,
                 },
+                Pending::XrcSend(srqn, wr) => {
+                    let qpn = q.qpn;
+                    Command::Exec(TransportFn(Box::new(move |t| {
+                        state::post_xrc_send(t, conn, qpn, srqn, wr)
+                    })))
+                }
                 Pending::Recv(wr) => Command::PostRecv {
                     conn,
                     stream: q.qpn,
@@ -1722,17 +1725,17 @@ unsafe extern "C" fn op_post_send(
         // An XRC initiator's message: the XRC header, then the application's bytes, copied
         // at post time (xrc.rs).
         // SAFETY: the union member XRC work requests use (an integer whatever the QP type).
-        // Only a SEND carries it; WRITE, READ and atomics go to the target's memory through
-        // the XRC_RECV QP (spec/transport.md §3.7, XRC-3). WRITE_IMM would need an SRQ entry
-        // the native stream cannot name: not offered.
-        let srqn = xrc_send
-            .then_some(unsafe { w.qp_type.xrc.remote_srqn })
-            .filter(|_| matches!(op, SendOp::Send { .. }));
+        let srqn = xrc_send.then_some(unsafe { w.qp_type.xrc.remote_srqn });
+        // Native: only a SEND carries it, first in its message; WRITE, READ and atomics go to
+        // the target's memory through the XRC_RECV QP (spec/transport.md §3.7, XRC-3).
+        // RoCEv2: every request's XRCETH carries it (the engine's post_xrc_send). WRITE_IMM
+        // would need an SRQ entry the native stream cannot name: not offered on either.
+        let hdr = srqn.filter(|_| st.mode == Mode::Native && matches!(op, SendOp::Send { .. }));
         if xrc_send && matches!(op, SendOp::Write { imm: Some(_), .. }) {
             set_bad(wr);
             return libc::EOPNOTSUPP;
         }
-        let copy = match (srqn, d.inline_len) {
+        let copy = match (hdr, d.inline_len) {
             (Some(n), inline) => match crate::xrc::message(n, &sgl, inline.is_some()) {
                 Ok(v) => Some(v),
                 Err(e) => {
@@ -1797,7 +1800,11 @@ unsafe extern "C" fn op_post_send(
             solicited: d.solicited,
             fence: d.fence,
         };
-        submit_as(st, Pending::Send(swr), state::app_progress());
+        let p = match srqn {
+            Some(n) if st.mode == Mode::Roce => Pending::XrcSend(n, swr),
+            _ => Pending::Send(swr),
+        };
+        submit_as(st, p, state::app_progress());
         wr = w.next;
     }
     state::drive_after_post();

@@ -12,8 +12,10 @@
 //! are allowed to the PDs of its domain's SRQs (`mr.rs`). WRITE_WITH_IMM (it would need an
 //! SRQ entry) is EOPNOTSUPP at post; `ibv_open_qp` is not offered (EOPNOTSUPP).
 //!
-//! Only the native device (`ferroce0`) offers XRC (`IBV_DEVICE_XRC`); on the RoCEv2 device
-//! XRC domains and QPs answer EOPNOTSUPP (IBTA's XRCETH is not spoken there).
+//! Both devices offer XRC (`IBV_DEVICE_XRC`). On the RoCEv2 device the pair is the engine's
+//! IBTA XRC initiator and target (spec/rocev2.md §6.10): the SRQ number rides in every
+//! request's XRCETH instead of the message, and the engine hands the target the same 4 bytes
+//! first in the SEND, so the receive side here is the same for both.
 //!
 //! Sharing a domain through a file (`fd` ≠ -1), as verbs defines it: every `ibv_open_xrcd`
 //! of one device naming the same inode gets the same domain, `O_CREAT` creates it when there
@@ -166,12 +168,6 @@ pub(crate) unsafe extern "C" fn open_xrcd(
     }
     // SAFETY: the caller's init attributes.
     let a = unsafe { &*a };
-    if ctx.dev.mode != Mode::Native {
-        return fail(
-            libc::EOPNOTSUPP,
-            "ibv_open_xrcd: XRC is offered by the native device only",
-        );
-    }
     if a.comp_mask >= IBV_XRCD_INIT_ATTR_RESERVED {
         return fail(libc::EOPNOTSUPP, "ibv_open_xrcd: unknown comp_mask bits");
     }

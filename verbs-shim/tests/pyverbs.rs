@@ -69,13 +69,9 @@ const SKIPS: &[(&str, &str)] = &[
     ("Create MW is not supported", "ibv_alloc_mw: EOPNOTSUPP"),
     ("Create memory window of type", "ibv_alloc_mw: EOPNOTSUPP"),
     (
-        "Create XRCD is not supported",
-        "ibv_open_xrcd: EOPNOTSUPP (the RoCEv2 device)",
-    ),
-    (
         "Extended QP is not supported",
         "ibv_create_qp_ex with the ATOMIC_WRITE, BIND_MW, LOCAL_INV, SEND_WITH_INV or TSO send \
-         op (or on an XRC QP): EOPNOTSUPP",
+         op (or RDMA_WRITE_WITH_IMM on an XRC QP): EOPNOTSUPP",
     ),
     ("Create Raw Packet QP", "raw packet QPs: EOPNOTSUPP"),
     (
