@@ -202,6 +202,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context
     v.get_srq_num = Some(crate::xrc::get_srq_num);
     v.open_xrcd = Some(crate::xrc::open_xrcd);
     v.close_xrcd = Some(crate::xrc::close_xrcd);
+    v.open_qp = Some(crate::xrc::open_qp);
     let c = &mut v.context;
     c.device = d;
     c.cmd_fd = eventfd(0);
@@ -1192,7 +1193,45 @@ unsafe fn create_qp(
     if qp.st.ud.is_some() {
         crate::ud::register_qp(&qp.st);
     }
+    if let Some(crate::xrc::XrcRole::Recv(x)) = &qp.st.xrc {
+        crate::xrc::register_handle(x, qpn, &*qp as *const Qp as usize);
+    }
     dbg_log!("QP {qpn:#x} created ({:?})", ctx.dev.mode);
+    Box::into_raw(qp) as *mut ibv_qp
+}
+
+/// Another `ibv_qp` handle of the QP `src` is a handle of (`ibv_open_qp`): context `c`, its
+/// own `qp_context` (`src`'s when `None`), no PD, CQs or SRQ.
+///
+/// # Safety
+/// `src` is a live QP handle this library returned.
+pub(crate) unsafe fn another_handle(
+    src: *const Qp,
+    c: *mut ibv_context,
+    qp_context: Option<*mut c_void>,
+) -> *mut ibv_qp {
+    // SAFETY: a live handle (the caller's contract).
+    let src = unsafe { &*src };
+    // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
+    let mut qp = Box::new(Qp {
+        qp: unsafe { std::mem::zeroed() },
+        ex: Default::default(),
+        st: src.st.clone(),
+        wr: Default::default(),
+        max_sge: src.max_sge,
+        max_wr: src.max_wr,
+    });
+    qp.qp.context = c;
+    qp.qp.qp_context = qp_context.unwrap_or(src.qp.qp_context);
+    qp.qp.handle = src.qp.handle;
+    qp.qp.qp_num = src.qp.qp_num;
+    qp.qp.state = lock(&src.st.inner).state;
+    qp.qp.qp_type = src.qp.qp_type;
+    // SAFETY: initialise the embedded mutex and condition variable.
+    unsafe {
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!(qp.qp.mutex) as *mut _, null_mut());
+        libc::pthread_cond_init(std::ptr::addr_of_mut!(qp.qp.cond) as *mut _, null_mut());
+    }
     Box::into_raw(qp) as *mut ibv_qp
 }
 
@@ -1564,8 +1603,16 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if qp.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: a QP from ibv_create_qp, freed once.
+    // SAFETY: a QP from ibv_create_qp(_ex) or ibv_open_qp, freed once.
     let b = unsafe { Box::from_raw(qp as *mut Qp) };
+    if let Some(crate::xrc::XrcRole::Recv(x)) = &b.st.xrc {
+        // One handle of a shared XRC_RECV QP: the QP lives while another does.
+        if let Some(other) = crate::xrc::forget_handle(x, b.st.qpn, qp as usize) {
+            b.st.qp_ptr.store(other, Ordering::Relaxed);
+            x.users.fetch_sub(1, Ordering::SeqCst);
+            return 0;
+        }
+    }
     b.st.qp_ptr.store(0, Ordering::Relaxed);
     global()
         .mrs
