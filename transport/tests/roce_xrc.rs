@@ -222,6 +222,12 @@ fn a_packet_of_another_transport_is_dropped_and_counted() {
     w.b.ep
         .handle_datagram(w.now, A, xrc.sport, false, &buf[..n], &mut w.b.mem);
     assert_eq!(w.b.ep.counters().rx_wrong_transport, 1);
+    // And as UC (prefix 001).
+    rc.bth.uc = true;
+    let n = rc.emit_canonical(&mut buf, &flow).unwrap();
+    w.b.ep
+        .handle_datagram(w.now, A, xrc.sport, false, &buf[..n], &mut w.b.mem);
+    assert_eq!(w.b.ep.counters().rx_wrong_transport, 2);
     // The XRC one back to the initiator (a request to a QP that only sends them): dropped.
     let back = wire::Flow {
         src: B,

@@ -864,11 +864,11 @@ impl Qp {
             return;
         }
         let op = pkt.bth.opcode;
-        if self.uc || pkt.bth.uc {
-            self.on_uc_packet(ctx, pkt);
+        if (self.xrc.is_some() || pkt.bth.xrc) && !self.xrc_accepts(ctx, pkt) {
             return;
         }
-        if !self.xrc_accepts(ctx, pkt) {
+        if self.uc || pkt.bth.uc {
+            self.on_uc_packet(ctx, pkt);
             return;
         }
         if op == Opcode::Cnp {
