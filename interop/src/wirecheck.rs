@@ -2,7 +2,8 @@
 //! (`ferroce_transport::roce::wire`) and by `tshark` (its InfiniBand dissector on UDP 4791);
 //! both must agree on opcode, destination QP and PSN (and, for UD, the DETH's Q_Key and source
 //! QP; for a CM MAD on QP1, its management class, attribute and TID, which ferroce's CM codec
-//! `roce::cm::wire` must parse), and every ICRC must be valid over the
+//! `roce::cm::wire` must parse; for an XRC request, its XRCETH, which Wireshark 4.0 does not
+//! dissect but shows first in the bytes it leaves undecoded), and every ICRC must be valid over the
 //! packet's real IPv4/UDP headers. The report also counts packets whose ICRC would fail the
 //! canonical-header check (IPv4 identification 0), which is what ferroce's
 //! `RoceEndpoint::handle_datagram` applies.
@@ -77,6 +78,8 @@ pub struct Decoded {
     pub psn: u32,
     /// UD: the DETH's (Q_Key, source QP).
     pub deth: Option<(u32, u32)>,
+    /// XRC request: the XRCETH's 4 bytes.
+    pub xrceth: Option<[u8; 4]>,
     /// A MAD to QP1 (UD): (management class, attribute ID, TID) of its header, and what
     /// ferroce's CM codec made of it (`Err` for a CM MAD it rejects).
     pub mad: Option<(u8, u16, u64)>,
@@ -115,6 +118,7 @@ pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
             dest_qpn: 0,
             psn: 0,
             deth: None,
+            xrceth: None,
             mad: None,
             cm: None,
             icrc_ok: false,
@@ -123,9 +127,13 @@ pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
         };
         match PacketView::new_checked(payload) {
             Ok(p) => {
-                // The byte on the wire, transport prefix included (UC's 0x20), as tshark
-                // reports it.
-                d.opcode = p.opcode().encode(p.is_uc());
+                // The byte on the wire, transport prefix included (UC's 0x20, XRC's 0xa0),
+                // as tshark reports it.
+                d.opcode = if p.is_xrc() {
+                    p.opcode() as u8 | wire::XRC_PREFIX
+                } else {
+                    p.opcode().encode(p.is_uc())
+                };
                 d.dest_qpn = p.dest_qpn();
                 d.psn = p.psn();
                 let parsed = wire::Packet::parse(payload).ok();
@@ -133,6 +141,10 @@ pub fn decode(frames: &[Vec<u8>]) -> Vec<Decoded> {
                     .as_ref()
                     .and_then(|q| q.ext.deth)
                     .map(|x| (x.qkey, x.src_qpn));
+                d.xrceth = parsed
+                    .as_ref()
+                    .and_then(|q| q.ext.xrceth)
+                    .map(|x| x.to_bytes());
                 if let Some(q) = parsed.filter(|q| q.ext.deth.is_some() && q.bth.dest_qpn == 1) {
                     let m = q.payload;
                     if m.len() >= 24 {
@@ -173,6 +185,9 @@ pub struct TsharkPacket {
     pub deth: Option<(u32, u32)>,
     /// MAD header (management class, attribute ID, TID) when the dissector found one.
     pub mad: Option<(u8, u16, u64)>,
+    /// The first 4 bytes of what the dissector left undecoded ("Unknown/Vendor Specific
+    /// Data": Wireshark 4.0 leaves everything after an XRC packet's BTH so).
+    pub undecoded: Option<[u8; 4]>,
 }
 
 /// Every InfiniBand packet per tshark, in capture order.
@@ -206,6 +221,8 @@ pub fn tshark_decode(path: &Path) -> Result<Vec<TsharkPacket>, String> {
                 "infiniband.mad.attributeid",
                 "-e",
                 "infiniband.mad.transactionid",
+                "-e",
+                "infiniband.vendor",
             ]),
         Duration::from_secs(60),
     )?;
@@ -247,11 +264,26 @@ pub fn tshark_decode(path: &Path) -> Result<Vec<TsharkPacket>, String> {
                     psn: p,
                     deth,
                     mad,
+                    undecoded: f.get(8).and_then(|x| first4_hex(x)),
                 }),
                 _ => Err(format!("tshark line {l:?}")),
             }
         })
         .collect()
+}
+
+/// The first 4 bytes of tshark's hex dump of a bytes field ("00:00:01:23:…" or "00000123…").
+fn first4_hex(s: &str) -> Option<[u8; 4]> {
+    let h: String = s
+        .chars()
+        .filter(|c| c.is_ascii_hexdigit())
+        .take(8)
+        .collect();
+    if h.len() < 8 {
+        return None;
+    }
+    let v = u32::from_str_radix(&h, 16).ok()?;
+    Some(v.to_be_bytes())
 }
 
 /// Result of checking one capture.
@@ -266,6 +298,9 @@ pub struct WireReport {
     pub opcodes: Vec<(String, usize)>,
     /// UD packets whose DETH both decoders read alike.
     pub ud_deth_checked: usize,
+    /// XRC requests whose XRCETH ferroce's codec read as the bytes tshark left undecoded
+    /// begin with.
+    pub xrc_xrceth_checked: usize,
     /// CM MADs on QP1 that both decoders read alike (class, attribute, TID) and ferroce's
     /// CM codec parsed, by attribute.
     pub cm_mads: Vec<(String, usize)>,
@@ -298,9 +333,10 @@ pub fn check(path: &Path) -> Result<WireReport, String> {
         r.icrc_bad += usize::from(!d.icrc_ok);
         r.canonical_mismatch += usize::from(!d.icrc_canonical_ok);
         r.nonzero_ip_id += usize::from(d.ip_id != 0);
-        let name = match wire::Opcode::decode(d.opcode) {
-            Some((o, true)) => format!("UC {}", o.name()),
-            Some((o, false)) => o.name().to_string(),
+        let name = match wire::Opcode::decode_full(d.opcode) {
+            Some((o, true, _)) => format!("UC {}", o.name()),
+            Some((o, _, true)) => format!("XRC {}", o.name()),
+            Some((o, false, false)) => o.name().to_string(),
             None => "?".to_string(),
         };
         *ops.entry(name).or_default() += 1;
@@ -334,6 +370,15 @@ pub fn check(path: &Path) -> Result<WireReport, String> {
                 "packet {i}: ferroce MAD header {:x?} vs tshark {:x?}",
                 d.mad, t.mad
             ));
+        }
+        if let (Some(x), Some(u)) = (d.xrceth, t.undecoded) {
+            if x == u {
+                r.xrc_xrceth_checked += 1;
+            } else {
+                r.problems.push(format!(
+                    "packet {i}: ferroce XRCETH {x:02x?} vs tshark's undecoded bytes {u:02x?}"
+                ));
+            }
         }
         match &d.cm {
             Some(Ok(a)) if d.mad == t.mad => *cm.entry(a.to_string()).or_default() += 1,
@@ -373,6 +418,27 @@ mod tests {
             d.extend_from_slice(&f);
         }
         d
+    }
+
+    /// spec/vectors/roce_xrc's sample (gen_roce_xrc.py): 13 XRC packets, 9 of them requests.
+    // checks: [ROCE-9] [ROCE-10]
+    #[test]
+    fn tshark_and_the_codec_agree_on_xrc_packets() {
+        if Command::new("tshark").arg("--version").output().is_err() {
+            eprintln!("SKIP: no tshark");
+            return;
+        }
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../spec/vectors/roce_xrc/roce-xrc-sample.pcap");
+        let r = check(&path).unwrap();
+        assert!(r.ok(), "{r:?}");
+        assert_eq!(r.packets, 13, "{r:?}");
+        assert!(
+            r.opcodes.iter().all(|(n, _)| n.starts_with("XRC ")),
+            "{r:?}"
+        );
+        assert_eq!(r.opcodes.len(), 13, "{r:?}");
+        assert_eq!(r.xrc_xrceth_checked, 9, "{r:?}");
     }
 
     #[test]

@@ -697,6 +697,7 @@ fn fuzzed_packets_never_panic() {
         .filter_map(Opcode::from_u8)
         .filter(|o| !o.is_ud())
         .collect();
+    let mut wrong_transport = 0;
     for seed in 1..40u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let mut w = Wire::new(&|c| c.min_rnr_timer = 1);
@@ -761,10 +762,15 @@ fn fuzzed_packets_never_panic() {
             let mut bth = wire::Bth::new(op, QP, psn);
             bth.ack_req = rng.below(2) == 0;
             bth.pad = wire::pad_for(plen);
+            // Now and then the XRC form (to an RC QP: dropped as another transport's).
+            bth.xrc = rng.below(8) == 0 && !op.is_ud() && op != Opcode::Cnp;
             let addr = [0x8000u64, 0x8004, 0x9000, 0xffff_ffff_ffff_fff0, 0][rng.below(5) as usize];
             let key = [k.b_rkey, k.a_lkey, 0, 0xffff_ffff][rng.below(4) as usize];
             let len = [0u32, 8, 1024, 5000, 70000, u32::MAX][rng.below(6) as usize];
             let ext = wire::ExtHeaders {
+                xrceth: op
+                    .has_xrceth(bth.xrc)
+                    .then_some(wire::Xrceth::new(rng.next() as u32)),
                 deth: op.has_deth().then_some(wire::Deth {
                     qkey: rng.next() as u32,
                     src_qpn: QP,
@@ -814,6 +820,8 @@ fn fuzzed_packets_never_panic() {
         w.run(100_000_000);
         let reached = w.a.ep.counters().rx_pkts + w.b.ep.counters().rx_pkts;
         assert!(reached > 300, "fuzzed packets reach the QPs: {reached}");
+        wrong_transport += w.a.ep.counters().rx_wrong_transport;
+        wrong_transport += w.b.ep.counters().rx_wrong_transport;
         // Whatever happened, every posted request completed exactly once, in order.
         let ids: Vec<u64> = w.a.done.iter().map(|c| c.wr_id).collect();
         let mut sorted = ids.clone();
@@ -828,6 +836,8 @@ fn fuzzed_packets_never_panic() {
             );
         }
     }
+    // The XRC forms reached RC QPs and were refused as another transport's.
+    assert!(wrong_transport > 0);
 }
 
 /// Two endpoints whose QP `QP` is UC (sq_psn = rq_psn = 0x100 both ways).

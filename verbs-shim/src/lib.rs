@@ -12,7 +12,7 @@
 //! - [`cq_ex`]: extended CQs (`ibv_create_cq_ex`, the `ibv_start_poll` interface).
 //! - [`qp_ex`]: the `ibv_wr_*` send API (`ibv_qp_ex`).
 //! - [`srq`]: shared receive queues (virtual receives bound to SRQ entries on first byte).
-//! - [`xrc`]: XRC domains, XRC SRQs and XRC QPs (native device).
+//! - [`xrc`]: XRC domains, XRC SRQs and XRC QPs (both devices).
 //! - [`ud`]: UD QPs, carried on one datagram stream per host pair.
 //! - [`lid`]: LIDs on the Ethernet ports, for programs that address peers by LID (qperf).
 //! - [`uc`]: UC QPs (unreliable streams / IBTA UC QPs): their modify masks and opcodes.

@@ -57,6 +57,9 @@ pub struct MrTable {
     /// Per-QP protection domains (see [`MrTable::new_domain`]).
     domains: HashMap<u32, Domain>,
     next_domain: u32,
+    /// The PDs of each XRC domain's SRQs (`xrc::domain_id` → PD → SRQs of that PD): what
+    /// an XRC target's remote accesses are checked against ([`MrTable::new_xrc_domain`]).
+    xrc_pds: HashMap<usize, HashMap<u32, u32>>,
 }
 
 /// What a QP allows remote peers: its PD and its `qp_access_flags`. The transport knows a
@@ -66,6 +69,8 @@ pub struct MrTable {
 struct Domain {
     pd: u32,
     access: u32,
+    /// An XRC target's: the XRC domain whose SRQs' PDs its remote accesses may use.
+    xrc: Option<usize>,
 }
 
 /// Domain numbers have the top bit set; PD handles (small counters) never do.
@@ -85,6 +90,7 @@ impl MrTable {
             keys,
             domains: HashMap::default(),
             next_domain: 0,
+            xrc_pds: HashMap::default(),
         }
     }
 
@@ -242,12 +248,52 @@ impl MrTable {
     /// A domain for a new QP of PD `pd` allowing `access` (`qp_access_flags`); the number to
     /// give the transport as the stream's PD.
     pub fn new_domain(&mut self, pd: u32, access: u32) -> u32 {
+        self.insert_domain(Domain {
+            pd,
+            access,
+            xrc: None,
+        })
+    }
+
+    /// A domain for a new XRC target QP of XRC domain `xrc` (`xrc::domain_id`). The target
+    /// has no PD of its own: a remote access is allowed to an MR of the PD of any live SRQ
+    /// of the XRC domain ([`MrTable::add_xrc_pd`]; spec/transport.md §3.7, XRC-3), with the
+    /// QP's `qp_access_flags` as for any QP.
+    pub fn new_xrc_domain(&mut self, xrc: usize, access: u32) -> u32 {
+        self.insert_domain(Domain {
+            pd: 0,
+            access,
+            xrc: Some(xrc),
+        })
+    }
+
+    fn insert_domain(&mut self, d: Domain) -> u32 {
         loop {
             self.next_domain = self.next_domain.wrapping_add(1) & !DOMAIN_BIT;
             let id = DOMAIN_BIT | self.next_domain;
             if let std::collections::hash_map::Entry::Vacant(e) = self.domains.entry(id) {
-                e.insert(Domain { pd, access });
+                e.insert(d);
                 return id;
+            }
+        }
+    }
+
+    /// An SRQ of PD `pd` joined XRC domain `xrc`.
+    pub fn add_xrc_pd(&mut self, xrc: usize, pd: u32) {
+        *self.xrc_pds.entry(xrc).or_default().entry(pd).or_insert(0) += 1;
+    }
+
+    /// An SRQ of PD `pd` left XRC domain `xrc`.
+    pub fn remove_xrc_pd(&mut self, xrc: usize, pd: u32) {
+        if let Some(m) = self.xrc_pds.get_mut(&xrc) {
+            if let Some(n) = m.get_mut(&pd) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&pd);
+                }
+            }
+            if m.is_empty() {
+                self.xrc_pds.remove(&xrc);
             }
         }
     }
@@ -304,7 +350,15 @@ impl MrTable {
                 if need & REMOTE_RIGHTS & !d.access != 0 {
                     return Err(MemError::AccessDenied);
                 }
-                d.pd
+                if let Some(x) = d.xrc {
+                    // An XRC target: the MR's PD must be that of an SRQ of its XRC domain.
+                    if !self.xrc_pds.get(&x).is_some_and(|m| m.contains_key(&r.pd)) {
+                        return Err(MemError::WrongDomain);
+                    }
+                    r.pd
+                } else {
+                    d.pd
+                }
             } else {
                 pd
             };
@@ -562,6 +616,59 @@ mod tests {
         t.write().unwrap().drop_domain(d);
         assert_eq!(m.write_remote(d, k, base, &[1]), Err(MemError::WrongDomain));
         assert_eq!(buf[0], 1);
+    }
+
+    // checks: [XRC-3]
+    #[test]
+    fn an_xrc_target_reaches_the_pds_of_its_domains_srqs_only() {
+        let mut buf = vec![0u8; 16];
+        let base = buf.as_mut_ptr() as u64;
+        let t: SharedMrs = Arc::new(RwLock::new(MrTable::new(KeyGen::deterministic(7))));
+        let all = access::LOCAL_WRITE | REMOTE_RIGHTS;
+        let (k1, k2) = {
+            let mut w = t.write().unwrap();
+            let k1 = w.register_app(1, base, 8, all).unwrap();
+            (k1, w.register_app(2, base + 8, 8, all).unwrap())
+        };
+        let (xrc, other) = (0x1000usize, 0x2000usize);
+        let d = t.write().unwrap().new_xrc_domain(xrc, REMOTE_RIGHTS);
+        let mut m = ShimMemory(t.clone());
+        // No SRQ in the domain yet: no PD to reach.
+        assert_eq!(
+            m.write_remote(d, k1, base, &[1]),
+            Err(MemError::WrongDomain)
+        );
+        {
+            let mut w = t.write().unwrap();
+            w.add_xrc_pd(xrc, 1);
+            w.add_xrc_pd(xrc, 1);
+            w.add_xrc_pd(other, 2);
+        }
+        m.write_remote(d, k1, base, &[1]).unwrap();
+        // PD 2 has an SRQ, but in another XRC domain.
+        assert_eq!(
+            m.write_remote(d, k2, base + 8, &[1]),
+            Err(MemError::WrongDomain)
+        );
+        // One of the two SRQs of PD 1 goes: still reachable; the second: refused.
+        t.write().unwrap().remove_xrc_pd(xrc, 1);
+        m.write_remote(d, k1, base + 1, &[2]).unwrap();
+        t.write().unwrap().remove_xrc_pd(xrc, 1);
+        assert_eq!(
+            m.write_remote(d, k1, base, &[3]),
+            Err(MemError::WrongDomain)
+        );
+        // The QP's access flags still apply.
+        t.write().unwrap().add_xrc_pd(xrc, 1);
+        t.write()
+            .unwrap()
+            .set_domain_access(d, access::REMOTE_WRITE);
+        let mut r = [0u8; 1];
+        assert_eq!(
+            m.read_remote(d, k1, base, &mut r),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(&buf[..2], &[1, 2]);
     }
 
     #[test]

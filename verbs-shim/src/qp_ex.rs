@@ -54,8 +54,8 @@ fn ops_of(qp_type: u32) -> u64 {
         IBV_QPT_RC => sends | writes | rc_only,
         IBV_QPT_UC => sends | writes,
         IBV_QPT_UD => sends,
-        // SEND only: the XRC header rides in the message (xrc.rs).
-        IBV_QPT_XRC_SEND => sends,
+        // The XRC header rides in a SEND; WRITE_WITH_IMM would need an SRQ entry (xrc.rs).
+        IBV_QPT_XRC_SEND => sends | IBV_QP_EX_WITH_RDMA_WRITE as u64 | rc_only,
         _ => 0,
     }
 }

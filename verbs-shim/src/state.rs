@@ -170,6 +170,8 @@ impl CqState {
 #[derive(Debug)]
 pub enum Pending {
     Send(SendWr),
+    /// A request of an XRC initiator on the RoCEv2 device, for the target's SRQ (its XRCETH).
+    XrcSend(u32, SendWr),
     Recv(RecvWr),
 }
 
@@ -759,17 +761,26 @@ pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
         _ if qp.uc => crate::uc::create_stream(t, qp, &inner, conn),
         Mode::Native => t.create_stream(conn, qp.qpn, inner.remote_qpn, qp.pd),
         Mode::Roce => match t.as_any_mut().downcast_mut::<RoceEndpoint>() {
-            Some(ep) => ep.create_qp(
-                conn,
-                QpParams {
+            Some(ep) => {
+                let p = QpParams {
                     local_qpn: qp.qpn,
                     remote_qpn: inner.remote_qpn,
                     pd: qp.pd,
                     sq_psn: inner.sq_psn,
                     rq_psn: inner.rq_psn,
                     mtu: inner.path_mtu,
-                },
-            ),
+                };
+                // An XRC QP is the engine's XRC initiator or target (spec/rocev2.md §6.10).
+                match &qp.xrc {
+                    Some(crate::xrc::XrcRole::Send) => {
+                        ep.create_xrc_qp(conn, p, ferroce_transport::roce::XrcRole::Initiator)
+                    }
+                    Some(crate::xrc::XrcRole::Recv(_)) => {
+                        ep.create_xrc_qp(conn, p, ferroce_transport::roce::XrcRole::Target)
+                    }
+                    None => ep.create_qp(conn, p),
+                }
+            }
             None => Err(PostError::UnknownConnection),
         },
     };
@@ -786,11 +797,28 @@ pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
     for p in pending {
         let (id, res) = match p {
             Pending::Send(wr) => (wr.wr_id, t.post_send(conn, qp.qpn, wr)),
+            Pending::XrcSend(srqn, wr) => {
+                post_xrc_send(t, conn, qp.qpn, srqn, wr);
+                continue;
+            }
             Pending::Recv(wr) => (wr.wr_id, t.post_recv(conn, qp.qpn, wr)),
         };
         if let Err(e) = res {
             refused(id, e);
         }
+    }
+}
+
+/// Post an XRC initiator's request on the RoCEv2 engine (engine thread); a refusal fails the
+/// work request as a refused `post_send` does.
+pub fn post_xrc_send(t: &mut dyn Transport, conn: ConnId, qpn: u32, srqn: u32, wr: SendWr) {
+    let id = wr.wr_id;
+    let r = match t.as_any_mut().downcast_mut::<RoceEndpoint>() {
+        Some(ep) => ep.post_xrc_send(conn, qpn, srqn, wr),
+        None => Err(PostError::Unsupported),
+    };
+    if let Err(e) = r {
+        refused(id, e);
     }
 }
 

@@ -14,7 +14,7 @@ use crate::state::{
     WrMeta,
 };
 use crate::sys::*;
-use ferroce_dataplane::engine::Command;
+use ferroce_dataplane::engine::{Command, TransportFn};
 use ferroce_transport::{RecvWr, SendOp, SendWr, SgList, Sge};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::mem::{offset_of, size_of};
@@ -202,6 +202,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context
     v.get_srq_num = Some(crate::xrc::get_srq_num);
     v.open_xrcd = Some(crate::xrc::open_xrcd);
     v.close_xrcd = Some(crate::xrc::close_xrcd);
+    v.open_qp = Some(crate::xrc::open_qp);
     let c = &mut v.context;
     c.device = d;
     c.cmd_fd = eventfd(0);
@@ -256,11 +257,9 @@ fn device_attr(dev: &Dev) -> ibv_device_attr {
     a.hw_ver = 1;
     a.max_qp = 1 << 16;
     a.max_qp_wr = MAX_QP_WR as c_int;
-    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
-    if dev.mode == Mode::Native {
-        // XRC domains, SRQs and QPs (xrc.rs); the RoCEv2 device does not speak XRCETH.
-        a.device_cap_flags |= IBV_DEVICE_XRC;
-    }
+    // XRC domains, SRQs and QPs (xrc.rs) on both devices: native XRC streams, IBTA XRC
+    // (XRCETH) on the RoCEv2 device.
+    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_XRC;
     a.max_sge = 16;
     a.max_sge_rd = 16;
     a.max_cq = 1 << 16;
@@ -1063,14 +1062,8 @@ unsafe fn create_qp(
     };
     let xrc = match (a.qp_type, xrcd) {
         (IBV_QPT_RC | IBV_QPT_UD | IBV_QPT_UC, None) => None,
-        (IBV_QPT_XRC_SEND, None) if ctx.dev.mode == Mode::Native => Some(crate::xrc::XrcRole::Send),
+        (IBV_QPT_XRC_SEND, None) => Some(crate::xrc::XrcRole::Send),
         (IBV_QPT_XRC_RECV, Some((_, x))) => Some(crate::xrc::XrcRole::Recv(x)),
-        (IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV, _) if ctx.dev.mode != Mode::Native => {
-            return fail(
-                libc::EOPNOTSUPP,
-                "ibv_create_qp: XRC is offered by the native device only",
-            );
-        }
         (IBV_QPT_XRC_RECV, None) => {
             return fail(libc::EINVAL, "ibv_create_qp: an XRC_RECV QP needs an XRCD");
         }
@@ -1130,12 +1123,15 @@ unsafe fn create_qp(
         return fail(libc::ENODEV, "");
     }
     let qpn = state::new_qpn();
-    // No remote access until ibv_modify_qp grants it (qp_access_flags starts at 0).
-    let domain = global()
-        .mrs
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .new_domain(pdh, 0);
+    // No remote access until ibv_modify_qp grants it (qp_access_flags starts at 0). An XRC
+    // target reaches the memory of its XRC domain's SRQs' PDs (mr.rs).
+    let domain = {
+        let mut mrs = global().mrs.write().unwrap_or_else(|p| p.into_inner());
+        match &xrc {
+            Some(crate::xrc::XrcRole::Recv(x)) => mrs.new_xrc_domain(crate::xrc::domain_id(x), 0),
+            _ => mrs.new_domain(pdh, 0),
+        }
+    };
     let st = Arc::new(QpShared {
         qpn,
         pd: domain,
@@ -1197,7 +1193,45 @@ unsafe fn create_qp(
     if qp.st.ud.is_some() {
         crate::ud::register_qp(&qp.st);
     }
+    if let Some(crate::xrc::XrcRole::Recv(x)) = &qp.st.xrc {
+        crate::xrc::register_handle(x, qpn, &*qp as *const Qp as usize);
+    }
     dbg_log!("QP {qpn:#x} created ({:?})", ctx.dev.mode);
+    Box::into_raw(qp) as *mut ibv_qp
+}
+
+/// Another `ibv_qp` handle of the QP `src` is a handle of (`ibv_open_qp`): context `c`, its
+/// own `qp_context` (`src`'s when `None`), no PD, CQs or SRQ.
+///
+/// # Safety
+/// `src` is a live QP handle this library returned.
+pub(crate) unsafe fn another_handle(
+    src: *const Qp,
+    c: *mut ibv_context,
+    qp_context: Option<*mut c_void>,
+) -> *mut ibv_qp {
+    // SAFETY: a live handle (the caller's contract).
+    let src = unsafe { &*src };
+    // SAFETY: an all-zero ibv_qp is valid; mutex/cond initialised below.
+    let mut qp = Box::new(Qp {
+        qp: unsafe { std::mem::zeroed() },
+        ex: Default::default(),
+        st: src.st.clone(),
+        wr: Default::default(),
+        max_sge: src.max_sge,
+        max_wr: src.max_wr,
+    });
+    qp.qp.context = c;
+    qp.qp.qp_context = qp_context.unwrap_or(src.qp.qp_context);
+    qp.qp.handle = src.qp.handle;
+    qp.qp.qp_num = src.qp.qp_num;
+    qp.qp.state = lock(&src.st.inner).state;
+    qp.qp.qp_type = src.qp.qp_type;
+    // SAFETY: initialise the embedded mutex and condition variable.
+    unsafe {
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!(qp.qp.mutex) as *mut _, null_mut());
+        libc::pthread_cond_init(std::ptr::addr_of_mut!(qp.qp.cond) as *mut _, null_mut());
+    }
     Box::into_raw(qp) as *mut ibv_qp
 }
 
@@ -1431,7 +1465,12 @@ pub unsafe extern "C" fn ibv_modify_qp(
     unsafe { (*qp).state = new };
     let want_stream = match st.mode {
         Mode::Native => new == IBV_QPS_RTR || new == IBV_QPS_RTS,
-        Mode::Roce => new == IBV_QPS_RTS,
+        // An XRC target only responds (its responses take the requests' PSNs): it needs no
+        // sq_psn and usually stays in RTR.
+        Mode::Roce => {
+            new == IBV_QPS_RTS
+                || (new == IBV_QPS_RTR && matches!(st.xrc, Some(crate::xrc::XrcRole::Recv(_))))
+        }
     };
     let peer = inner.peer;
     let request = want_stream && !inner.requested;
@@ -1564,8 +1603,16 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if qp.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: a QP from ibv_create_qp, freed once.
+    // SAFETY: a QP from ibv_create_qp(_ex) or ibv_open_qp, freed once.
     let b = unsafe { Box::from_raw(qp as *mut Qp) };
+    if let Some(crate::xrc::XrcRole::Recv(x)) = &b.st.xrc {
+        // One handle of a shared XRC_RECV QP: the QP lives while another does.
+        if let Some(other) = crate::xrc::forget_handle(x, b.st.qpn, qp as usize) {
+            b.st.qp_ptr.store(other, Ordering::Relaxed);
+            x.users.fetch_sub(1, Ordering::SeqCst);
+            return 0;
+        }
+    }
     b.st.qp_ptr.store(0, Ordering::Relaxed);
     global()
         .mrs
@@ -1644,6 +1691,12 @@ fn submit_as(q: &Arc<QpShared>, p: Pending, quiet: bool) {
                     stream: q.qpn,
                     wr,
                 },
+                Pending::XrcSend(srqn, wr) => {
+                    let qpn = q.qpn;
+                    Command::Exec(TransportFn(Box::new(move |t| {
+                        state::post_xrc_send(t, conn, qpn, srqn, wr)
+                    })))
+                }
                 Pending::Recv(wr) => Command::PostRecv {
                     conn,
                     stream: q.qpn,
@@ -1720,11 +1773,16 @@ unsafe extern "C" fn op_post_send(
         // at post time (xrc.rs).
         // SAFETY: the union member XRC work requests use (an integer whatever the QP type).
         let srqn = xrc_send.then_some(unsafe { w.qp_type.xrc.remote_srqn });
-        if srqn.is_some() && !matches!(op, SendOp::Send { .. }) {
+        // Native: only a SEND carries it, first in its message; WRITE, READ and atomics go to
+        // the target's memory through the XRC_RECV QP (spec/transport.md §3.7, XRC-3).
+        // RoCEv2: every request's XRCETH carries it (the engine's post_xrc_send). WRITE_IMM
+        // would need an SRQ entry the native stream cannot name: not offered on either.
+        let hdr = srqn.filter(|_| st.mode == Mode::Native && matches!(op, SendOp::Send { .. }));
+        if xrc_send && matches!(op, SendOp::Write { imm: Some(_), .. }) {
             set_bad(wr);
             return libc::EOPNOTSUPP;
         }
-        let copy = match (srqn, d.inline_len) {
+        let copy = match (hdr, d.inline_len) {
             (Some(n), inline) => match crate::xrc::message(n, &sgl, inline.is_some()) {
                 Ok(v) => Some(v),
                 Err(e) => {
@@ -1789,7 +1847,11 @@ unsafe extern "C" fn op_post_send(
             solicited: d.solicited,
             fence: d.fence,
         };
-        submit_as(st, Pending::Send(swr), state::app_progress());
+        let p = match srqn {
+            Some(n) if st.mode == Mode::Roce => Pending::XrcSend(n, swr),
+            _ => Pending::Send(swr),
+        };
+        submit_as(st, p, state::app_progress());
         wr = w.next;
     }
     state::drive_after_post();
@@ -2009,6 +2071,13 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     lock(&b.st.q).clear();
     if let Some(x) = &b.xrcd {
         crate::xrc::forget_srq(b.num);
+        // SAFETY: the SRQ's PD, live while the SRQ is (verbs forbids freeing it first).
+        let pd = unsafe { (*b.srq.pd).handle };
+        global()
+            .mrs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove_xrc_pd(crate::xrc::domain_id(x), pd);
         x.users.fetch_sub(1, Ordering::SeqCst);
     }
     0

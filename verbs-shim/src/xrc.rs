@@ -7,11 +7,17 @@
 //! SRQ's number from the work request (spec/transport.md §3.7). The initiator copies header
 //! and data into one shim-owned region at post time ([`message`]); the target keeps virtual
 //! SRQ receives on its stream, bound to no SRQ until the header names one of its domain
-//! (`srq.rs`), and reports the completion on that SRQ's CQ. WRITE, READ and atomics on XRC
-//! QPs are EOPNOTSUPP at post; `ibv_open_qp` is not offered (EOPNOTSUPP).
+//! (`srq.rs`), and reports the completion on that SRQ's CQ. WRITE, READ and atomics carry
+//! no header: they reach the target's memory through the XRC_RECV QP, whose remote accesses
+//! are allowed to the PDs of its domain's SRQs (`mr.rs`). WRITE_WITH_IMM (it would need an
+//! SRQ entry) is EOPNOTSUPP at post. `ibv_open_qp` gives another handle to an XRC_RECV QP of
+//! the domain ([`open_qp`]): the QP lives until its last handle is destroyed, and keeps the
+//! domain busy until then.
 //!
-//! Only the native device (`ferroce0`) offers XRC (`IBV_DEVICE_XRC`); on the RoCEv2 device
-//! XRC domains and QPs answer EOPNOTSUPP (IBTA's XRCETH is not spoken there).
+//! Both devices offer XRC (`IBV_DEVICE_XRC`). On the RoCEv2 device the pair is the engine's
+//! IBTA XRC initiator and target (spec/rocev2.md §6.10): the SRQ number rides in every
+//! request's XRCETH instead of the message, and the engine hands the target the same 4 bytes
+//! first in the SEND, so the receive side here is the same for both.
 //!
 //! Sharing a domain through a file (`fd` ≠ -1), as verbs defines it: every `ibv_open_xrcd`
 //! of one device naming the same inode gets the same domain, `O_CREAT` creates it when there
@@ -38,8 +44,11 @@ pub struct XrcdState {
     pub inode: Option<(u64, u64)>,
     /// Open `ibv_xrcd` handles.
     pub handles: AtomicU32,
-    /// SRQs (and, later, QPs) in the domain: it cannot be closed while there are any.
+    /// SRQs and XRC_RECV QP handles in the domain: it cannot be closed while there are any.
     pub users: AtomicU32,
+    /// The XRC_RECV QPs of the domain: QPN → the live `ibv_qp` handles of each (the one
+    /// `ibv_create_qp_ex` gave, and those `ibv_open_qp` gave), as addresses.
+    pub qps: Mutex<HashMap<u32, Vec<usize>>>,
 }
 
 /// What an XRC QP is.
@@ -164,12 +173,6 @@ pub(crate) unsafe extern "C" fn open_xrcd(
     }
     // SAFETY: the caller's init attributes.
     let a = unsafe { &*a };
-    if ctx.dev.mode != Mode::Native {
-        return fail(
-            libc::EOPNOTSUPP,
-            "ibv_open_xrcd: XRC is offered by the native device only",
-        );
-    }
     if a.comp_mask >= IBV_XRCD_INIT_ATTR_RESERVED {
         return fail(libc::EOPNOTSUPP, "ibv_open_xrcd: unknown comp_mask bits");
     }
@@ -191,6 +194,7 @@ pub(crate) unsafe extern "C" fn open_xrcd(
             inode: None,
             handles: AtomicU32::new(1),
             users: AtomicU32::new(0),
+            qps: Default::default(),
         })
     } else {
         let (dev, ino) = match inode_of(a.fd) {
@@ -216,6 +220,7 @@ pub(crate) unsafe extern "C" fn open_xrcd(
                     inode: Some((dev, ino)),
                     handles: AtomicU32::new(1),
                     users: AtomicU32::new(0),
+                    qps: Default::default(),
                 });
                 t.insert(key, Arc::downgrade(&st));
                 st
@@ -323,6 +328,13 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
         Err(e) => return fail(e, "ibv_create_srq_ex: capabilities"),
     };
     if let Some((x, _)) = xrcd {
+        // SAFETY: a live PD of this context (checked above).
+        let pd = unsafe { (*a.pd).handle };
+        global()
+            .mrs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .add_xrc_pd(domain_id(&x), pd);
         x.users.fetch_add(1, Ordering::SeqCst);
         b.xrcd = Some(x);
         register_srq(b.num, &b.st);
@@ -340,4 +352,72 @@ pub(crate) unsafe extern "C" fn get_srq_num(srq: *mut ibv_srq, num: *mut u32) ->
     // caller's out-parameter.
     unsafe { *num = (*(srq as *const Srq)).num };
     0
+}
+
+/// A new handle of XRC_RECV QP `qp_ptr` (`ibv_create_qp_ex`): the domain holds it.
+pub fn register_handle(x: &XrcdState, qpn: u32, qp_ptr: usize) {
+    lock(&x.qps).entry(qpn).or_default().push(qp_ptr);
+}
+
+/// Handle `qp_ptr` of XRC_RECV QP `qpn` is being destroyed: another live handle of the QP, if
+/// any (the QP lives on, `None`: it goes).
+pub fn forget_handle(x: &XrcdState, qpn: u32, qp_ptr: usize) -> Option<usize> {
+    let mut t = lock(&x.qps);
+    let v = t.get_mut(&qpn)?;
+    v.retain(|&p| p != qp_ptr);
+    match v.first() {
+        Some(&other) => Some(other),
+        None => {
+            t.remove(&qpn);
+            None
+        }
+    }
+}
+
+/// `ibv_open_qp`: another handle of the XRC_RECV QP numbered `qp_num` in domain `xrcd`
+/// (verbs' way to share a target QP through its domain). The handle is an `ibv_qp` of its
+/// own (its `qp_context`, no PD or CQs) on the same QP; EINVAL when the domain has no such
+/// QP, for another QP type or a missing attribute.
+///
+/// # Safety
+/// Called by verbs.h with the objects this library returned (or null).
+pub(crate) unsafe extern "C" fn open_qp(
+    c: *mut ibv_context,
+    a: *mut ibv_qp_open_attr,
+) -> *mut ibv_qp {
+    // SAFETY: a context this library returned (ctx_of checks null).
+    let Some(ctx) = (unsafe { ctx_of(c) }) else {
+        return fail(libc::EINVAL, "ibv_open_qp: no context");
+    };
+    if a.is_null() {
+        return fail(libc::EINVAL, "ibv_open_qp: no attributes");
+    }
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &*a };
+    if a.comp_mask & !(IBV_QP_OPEN_ATTR_RESERVED - 1) != 0 {
+        return fail(libc::EOPNOTSUPP, "ibv_open_qp: unknown comp_mask bits");
+    }
+    let need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+    if a.comp_mask & need != need || a.xrcd.is_null() || a.qp_type != IBV_QPT_XRC_RECV {
+        return fail(
+            libc::EINVAL,
+            "ibv_open_qp: an XRC_RECV QP number and its XRCD",
+        );
+    }
+    // SAFETY: an XRCD handle from open_xrcd.
+    let x = unsafe { state_of(a.xrcd) };
+    if x.mode != ctx.dev.mode {
+        return fail(libc::EINVAL, "ibv_open_qp: XRCD of another device");
+    }
+    let mut t = lock(&x.qps);
+    let Some(&src) = t.get(&a.qp_num).and_then(|v| v.first()) else {
+        return fail(libc::EINVAL, "ibv_open_qp: no such QP in the domain");
+    };
+    let ctx_of_qp = (a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT != 0).then_some(a.qp_context);
+    // SAFETY: `src` is a live handle of the QP (handles leave the table before they are
+    // freed, under this lock).
+    let h = unsafe { crate::verbs::another_handle(src as *const crate::verbs::Qp, c, ctx_of_qp) };
+    t.entry(a.qp_num).or_default().push(h as usize);
+    x.users.fetch_add(1, Ordering::SeqCst);
+    h
 }

@@ -7,8 +7,7 @@
 //!
 //! The test fails on any failure, error or timeout (a hang), and on any skip whose reason
 //! is not one of [`SKIPS`]: each names a feature the shim reports as absent (or, for
-//! dmabuf, the host's missing GPU allocator). Left out: the [`UNIMPLEMENTED`] tests, the
-//! [`KNOWN`] failures (or, when no
+//! dmabuf, the host's missing GPU allocator). Left out: the [`KNOWN`] failures (or, when no
 //! hairpin can be made, every [`RC_LOOPBACK`] test).
 //!
 //! Needs root, DPDK's af_packet PMD, `/usr/bin/python3` with pyverbs (`python3-pyverbs`;
@@ -64,33 +63,15 @@ const RC_LOOPBACK: &[&str] = &[
 /// transport crate, left out with the reason.
 const KNOWN: &[(&str, &str)] = &[];
 
-/// Tests of a feature the shim has only part of, left out over both devices with or without
-/// the hairpin: XRC streams carry SEND and SEND_IMM only (spec/transport.md §3.7), and the
-/// suite has no skip for an atomic an XRC_SEND QP refuses at post time (EOPNOTSUPP).
-const UNIMPLEMENTED: &[(&str, &str)] = &[
-    (
-        "tests.test_atomic.AtomicTest.test_xrc_atomic_cmp_and_swap",
-        "atomics on XRC QPs: EOPNOTSUPP at post",
-    ),
-    (
-        "tests.test_atomic.AtomicTest.test_xrc_atomic_fetch_and_add",
-        "atomics on XRC QPs: EOPNOTSUPP at post",
-    ),
-];
-
 /// Accepted skip reasons (a prefix of the suite's message) and what the shim reports absent.
 const SKIPS: &[(&str, &str)] = &[
     ("Device memory is not supported", "ibv_alloc_dm: EOPNOTSUPP"),
     ("Create MW is not supported", "ibv_alloc_mw: EOPNOTSUPP"),
     ("Create memory window of type", "ibv_alloc_mw: EOPNOTSUPP"),
     (
-        "Create XRCD is not supported",
-        "ibv_open_xrcd: EOPNOTSUPP (the RoCEv2 device)",
-    ),
-    (
         "Extended QP is not supported",
         "ibv_create_qp_ex with the ATOMIC_WRITE, BIND_MW, LOCAL_INV, SEND_WITH_INV or TSO send \
-         op (or on an XRC QP): EOPNOTSUPP",
+         op (or RDMA_WRITE_WITH_IMM on an XRC QP): EOPNOTSUPP",
     ),
     ("Create Raw Packet QP", "raw packet QPs: EOPNOTSUPP"),
     (
@@ -321,10 +302,7 @@ fn rdma_core_tests_over_both_devices() {
     )
     .expect("run_tests.py --list-tests timed out");
     let all: Vec<&str> = list.lines().filter(|l| l.starts_with("tests.")).collect();
-    for l in RC_LOOPBACK
-        .iter()
-        .chain(KNOWN.iter().chain(UNIMPLEMENTED).map(|(t, _)| t))
-    {
+    for l in RC_LOOPBACK.iter().chain(KNOWN.iter().map(|(t, _)| t)) {
         assert!(all.contains(l), "{l} is not a test of the suite:\n{list}");
     }
 
@@ -333,12 +311,11 @@ fn rdma_core_tests_over_both_devices() {
     let mut failures = Vec::new();
     for (mode, dev) in &modes {
         // What is left out over this device.
-        let mut left: Vec<&str> = if hairpin {
+        let left: Vec<&str> = if hairpin {
             KNOWN.iter().map(|(t, _)| *t).collect()
         } else {
             RC_LOOPBACK.to_vec()
         };
-        left.extend(UNIMPLEMENTED.iter().map(|(t, _)| *t));
         for m in MODULES {
             let prefix = format!("tests.{m}.");
             let ids: Vec<String> = all
@@ -411,16 +388,14 @@ fn rdma_core_tests_over_both_devices() {
     std::fs::remove_dir_all(&libs).ok();
     let known: Vec<String> = KNOWN
         .iter()
-        .chain(UNIMPLEMENTED)
         .map(|(t, why)| format!("  {t}: {why}"))
         .collect();
     if hairpin {
         eprintln!("left out over both devices:\n{}", known.join("\n"));
     } else {
         eprintln!(
-            "left out: the {} RC-loopback tests (no hairpin), and:\n{}",
-            RC_LOOPBACK.len(),
-            known[KNOWN.len()..].join("\n")
+            "left out: the {} RC-loopback tests (no hairpin)",
+            RC_LOOPBACK.len()
         );
     }
     eprintln!(

@@ -368,7 +368,7 @@ fn bench_verbs_writes_csv_with_ratios() {
     }
 }
 
-// checks: [XRC-1] [XRC-2] (ibv_xsrq_pingpong: SENDs to the peer's XRC SRQ, received on its CQ)
+// checks: [XRC-1] [XRC-2] [ROCE-11] (ibv_xsrq_pingpong: SENDs to the peer's XRC SRQ, received on its CQ, over both devices)
 #[test]
 fn unmodified_programs_in_two_namespaces() {
     if !is_root() {
@@ -417,10 +417,6 @@ fn unmodified_programs_in_two_namespaces() {
             for &loss in &losses {
                 let unreliable = prog.name == "ibv_uc_pingpong"
                     || (prog.name == "ibv_ud_pingpong" && *mode == "rocev2");
-                if prog.name == "ibv_xsrq_pingpong" && *mode == "rocev2" {
-                    // XRC is the native device's only (the RoCEv2 device has no XRCETH).
-                    continue;
-                }
                 if loss > 0.0 && unreliable {
                     // UC loses a message with its packet, by definition, and RoCEv2 UD (IBTA
                     // UD) a datagram: the pingpong then waits for it forever (as it would on

@@ -70,8 +70,9 @@ fn extended_cq_and_qp_through_the_inline_verbs() {
 /// XRC domains, SRQs and QPs through verbs.h's inline functions (`tests/c/xrc.c`): open /
 /// close semantics (O_CREAT, O_EXCL, sharing through a file's inode, EBUSY while SRQs or
 /// QPs use it), `ibv_create_srq_ex` with IBV_SRQT_XRC, `ibv_get_srq_num`, XRC_RECV and
-/// XRC_SEND QPs, IBV_DEVICE_XRC on the native device only; `ibv_open_qp` EOPNOTSUPP; the
-/// RoCEv2 device refuses XRC. No traffic (the engine starts with the first QP: a namespace).
+/// XRC_SEND QPs, IBV_DEVICE_XRC; `ibv_open_qp` (a second handle keeps the QP and the domain
+/// busy after the creator's handle is destroyed). Both devices pass the same
+/// checks. No traffic (the engine starts with the first QP: a namespace).
 #[test]
 fn xrc_domains_srqs_and_qps_through_the_inline_verbs() {
     if !is_root() || ferroce_dataplane::config::pmd_dir().is_none() {
@@ -104,9 +105,67 @@ fn xrc_domains_srqs_and_qps_through_the_inline_verbs() {
         );
         let checks = text.lines().filter(|l| l.ends_with(": ok")).count();
         eprintln!("xrc over {dev}: {checks} checks ok");
-        if out.status.code() != Some(0) || !text.contains("RESULT ok") || text.contains(": FAIL") {
+        // Every device runs the whole program (none stops early as unsupported).
+        const XRC_CHECKS: usize = 43;
+        if out.status.code() != Some(0)
+            || !text.contains("RESULT ok")
+            || text.contains(": FAIL")
+            || checks != XRC_CHECKS
+        {
             failures.push(format!(
                 "over {dev} (exit {:?}):\n{text}",
+                out.status.code()
+            ));
+        }
+    }
+    drop(pair);
+    std::fs::remove_dir_all(&libs).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// XRC traffic through the unmodified ABI (`tests/c/xrc_rdma.c`): an XRC_SEND QP and an
+/// XRC_RECV QP of one process (the veth's far end reflects every frame, a hairpin), SENDs to
+/// two XRC SRQs, RDMA WRITE, READ, FETCH_ADD and CMP_SWAP into the target's memory, a WRITE
+/// to memory of a PD with no SRQ in the domain refused, WRITE with immediate EOPNOTSUPP.
+// checks: [XRC-1] [XRC-2] [XRC-3] [ROCE-11]
+#[test]
+fn xrc_send_write_read_and_atomics_through_the_abi() {
+    if !is_root() || ferroce_dataplane::config::pmd_dir().is_none() {
+        eprintln!("SKIPPED: needs root and DPDK's PMDs");
+        return;
+    }
+    let libs = abi::lib_dir("xrc_rdma");
+    let bin = abi::build_c(&libs, "xrc_rdma");
+    let pair = VethPair::create("xd", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
+    if !abi::hairpin(&pair.ns[1], &pair.ifname[1]) {
+        eprintln!("SKIPPED: no hairpin");
+        return;
+    }
+    let mut failures = Vec::new();
+    for dev in modes() {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &pair.ns[0], "timeout", "-k", "5", "60"])
+            .arg(&bin)
+            .args(["-d", dev])
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("FERROCE_IP", "198.18.0.11")
+            .env(
+                "FERROCE_PMD",
+                format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[0]),
+            )
+            .env_remove("FERROCE_LOSS")
+            .output()
+            .expect("run xrc_rdma");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let checks = text.lines().filter(|l| l.ends_with(": ok")).count();
+        eprintln!("xrc_rdma over {dev}: {checks} checks ok");
+        if out.status.code() != Some(0) || !text.contains("RESULT ok") || checks != 13 {
+            failures.push(format!(
+                "over {dev} (exit {:?}; 124: timed out):\n{text}",
                 out.status.code()
             ));
         }

@@ -6,7 +6,7 @@
 
 use super::cm::wire::GSI_QPN;
 use super::cm::RoceCm;
-use super::qp::{Ctx, Qp, QpState};
+use super::qp::{Ctx, Qp, QpState, XrcRole};
 use super::ud::{IpHeader, UdDest, UdQp};
 use super::wire::{self, Flow, Packet, PacketView, WireError, IPV4_HEADER_LEN, QPN_MASK};
 use super::{RoceConfig, RoceCounters};
@@ -247,6 +247,42 @@ impl RoceEndpoint {
             self.qps[i].set_uc();
         }
         Ok(())
+    }
+
+    /// Create an XRC QP in RTS with explicit PSNs: the initiator (`XrcRole::Initiator`,
+    /// verbs XRC_SEND) or target (XRC_RECV) end of an XRC pair (XRC opcodes, the XRCETH on
+    /// requests; spec/rocev2.md §6.10).
+    pub fn create_xrc_qp(
+        &mut self,
+        c: ConnId,
+        p: QpParams,
+        role: XrcRole,
+    ) -> Result<(), PostError> {
+        self.create_qp(c, p)?;
+        let peer = self.peer(c).ok_or(PostError::UnknownConnection)?;
+        if let Some(&i) = self.by_key.get(&(peer, p.local_qpn)) {
+            self.qps[i].set_xrc(role);
+        }
+        Ok(())
+    }
+
+    /// The XRC role of a QP (`None` for RC and UC QPs).
+    pub fn qp_xrc_role(&self, c: ConnId, qpn: u32) -> Option<XrcRole> {
+        let i = self.qp_index(c, qpn).ok()?;
+        self.qps[i].xrc_role()
+    }
+
+    /// Queue a request on XRC initiator `qpn` for the target's SRQ `srqn` (what its XRCETH
+    /// carries). `post_send` refuses XRC QPs (`Unsupported`).
+    pub fn post_xrc_send(
+        &mut self,
+        c: ConnId,
+        qpn: u32,
+        srqn: u32,
+        wr: SendWr,
+    ) -> Result<(), PostError> {
+        let i = self.qp_index(c, qpn)?;
+        self.qps[i].post_xrc_send(wr, srqn)
     }
 
     /// Whether a QP is a UC one.

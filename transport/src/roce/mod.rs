@@ -32,6 +32,7 @@ pub mod ud;
 pub mod wire;
 
 pub use engine::{QpParams, RoceEndpoint};
+pub use qp::{XrcRole, XRC_HDR_LEN};
 pub use ud::{UdDest, GRH_LEN};
 
 use std::net::Ipv4Addr;
@@ -202,4 +203,7 @@ pub struct RoceCounters {
     pub ud_looped_back: u64,
     /// UD: sends longer than `ud_mtu`, completed without a packet (IBTA C10-93.1.1).
     pub ud_too_long: u64,
+    /// Packets whose transport is not their QP's: XRC opcodes to an RC QP, RC ones to an
+    /// XRC QP, requests to an XRC initiator or responses to a target (dropped).
+    pub rx_wrong_transport: u64,
 }

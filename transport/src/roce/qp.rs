@@ -13,6 +13,8 @@ use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
 mod uc;
+mod xrc;
+pub use xrc::{XrcRole, XRC_HDR_LEN};
 
 /// What a QP method needs from its endpoint.
 pub(crate) struct Ctx<'a> {
@@ -47,6 +49,8 @@ struct Wqe {
     /// It modifies memory an earlier READ still outstanding at posting reads: it starts only
     /// once no earlier READ is outstanding.
     read_fence: bool,
+    /// XRC initiator: the target SRQ number its packets' XRCETH carries.
+    srqn: u32,
 }
 
 impl Wqe {
@@ -221,6 +225,8 @@ pub(crate) struct Qp {
     prefer_req: bool,
     /// An unreliable connected QP (UC opcodes, no ACKs, no retransmission: `uc.rs`).
     uc: bool,
+    /// An XRC QP (XRC opcodes: `xrc.rs`).
+    xrc: Option<XrcRole>,
     /// The connection manager saw this QP's connection end (the peer's DREQ, its DREP, or
     /// our DREQ's retries running out): "retry_cnt 7 = forever" no longer applies, since
     /// nobody will answer a retry once the peer's process is gone (spec/rocev2.md §10).
@@ -278,6 +284,7 @@ impl Qp {
             },
             prefer_req: false,
             uc: false,
+            xrc: None,
             peer_gone: false,
         }
     }
@@ -306,6 +313,14 @@ impl Qp {
     // ------------------------------------------------------------------ posting
 
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        if self.xrc.is_some() {
+            // An initiator's requests name their SRQ (post_xrc_send); a target sends none.
+            return Err(PostError::Unsupported);
+        }
+        self.queue_send(wr, 0)
+    }
+
+    fn queue_send(&mut self, wr: SendWr, srqn: u32) -> Result<(), PostError> {
         if self.state != QpState::Rts {
             return Err(PostError::StreamInError);
         }
@@ -337,11 +352,15 @@ impl Qp {
             sent_once: false,
             resp_pkts: 0,
             read_fence,
+            srqn,
         });
         Ok(())
     }
 
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.xrc == Some(XrcRole::Initiator) {
+            return Err(PostError::Unsupported);
+        }
         if self.state != QpState::Rts {
             return Err(PostError::StreamInError);
         }
@@ -845,6 +864,9 @@ impl Qp {
             return;
         }
         let op = pkt.bth.opcode;
+        if (self.xrc.is_some() || pkt.bth.xrc) && !self.xrc_accepts(ctx, pkt) {
+            return;
+        }
         if self.uc || pkt.bth.uc {
             self.on_uc_packet(ctx, pkt);
             return;
@@ -992,6 +1014,9 @@ impl Qp {
                 return;
             };
             self.resp.in_msg = InMsg::Send { wqe, offset: 0 };
+            if !self.xrc_place_srqn(ctx, pkt) {
+                return;
+            }
         }
         let InMsg::Send { wqe, offset } = &mut self.resp.in_msg else {
             return;
@@ -1345,6 +1370,7 @@ impl Qp {
     fn bth(&self, ctx: &Ctx, op: Opcode, p: u32) -> Bth {
         let mut b = Bth::new(op, self.remote_qpn, p);
         b.pkey = ctx.cfg.pkey;
+        b.xrc = self.xrc.is_some();
         b
     }
 
@@ -1476,7 +1502,16 @@ impl Qp {
         }
         let cfg = ctx.cfg;
         let mtu = self.mtu;
-        if buf.len() < BTH_LEN + RETH_LEN + IMM_LEN + ATOMIC_ETH_LEN + mtu as usize + 3 + ICRC_LEN {
+        if buf.len()
+            < BTH_LEN
+                + wire::XRCETH_LEN
+                + RETH_LEN
+                + IMM_LEN
+                + ATOMIC_ETH_LEN
+                + mtu as usize
+                + 3
+                + ICRC_LEN
+        {
             ctx.counters.tx_buffer_too_small += 1;
             return None;
         }
@@ -1487,6 +1522,7 @@ impl Qp {
         let is_new = !psn::lt(p, r.hw_psn);
         let op = w.wr.op.clone();
         let (wlen, wn, rd_atomic, solicited) = (w.len, w.npkts, w.is_rd_atomic(), w.wr.solicited);
+        let srqn = w.srqn;
         if is_new {
             if psn::diff(p, r.una) >= cfg.max_unacked_psns.max(1) as i32 {
                 return None;
@@ -1505,7 +1541,7 @@ impl Qp {
         let periodic = r.since_ack_req.saturating_add(1) >= cfg.ack_req_every.max(1);
         let pos = Position::of(k, wn);
         let mut bth = self.bth(ctx, Opcode::Acknowledge, p);
-        let mut h = BTH_LEN;
+        let mut h = self.xrc_emit_xrceth(srqn, buf, BTH_LEN)?;
         let mut plen = 0usize;
         // PSNs this packet consumes.
         let mut consumed = 1u32;

@@ -16,8 +16,10 @@
 
 use core::fmt;
 
+mod ext;
 mod ip;
 mod opcode;
+pub use ext::*;
 pub use ip::*;
 pub use opcode::*;
 
@@ -41,6 +43,8 @@ pub const IETH_LEN: usize = 4;
 pub const CNP_RESERVED_LEN: usize = 16;
 /// Datagram extended transport header: Q_Key, reserved byte, source QP (UD).
 pub const DETH_LEN: usize = 8;
+/// XRC extended transport header: reserved byte, XRC SRQ number (24 bits).
+pub const XRCETH_LEN: usize = 4;
 /// Invariant CRC trailer.
 pub const ICRC_LEN: usize = 4;
 /// Length of the IPv4 header ferroce sends (no options).
@@ -66,8 +70,8 @@ pub const QKEY_CONTROLLED: u32 = 0x8000_0000;
 pub enum WireError {
     /// Shorter than the BTH, the opcode's extended headers and the ICRC.
     Truncated,
-    /// An opcode this codec does not know (RD, XRC, CNP-less prefixes and reserved
-    /// opcodes; of UC only SEND and RDMA WRITE are known, of UD only the two SENDs).
+    /// An opcode this codec does not know (RD, CNP-less prefixes and reserved opcodes; of UC
+    /// only SEND and RDMA WRITE are known, of UD only the two SENDs).
     UnknownOpcode(u8),
     /// Inconsistent lengths (pad beyond the payload, payload on an opcode without one) or a
     /// representation whose extended headers do not match its opcode.
@@ -148,6 +152,8 @@ pub struct Bth {
     pub opcode: Opcode,
     /// The opcode is the UC one (transport prefix 001) rather than RC (000).
     pub uc: bool,
+    /// The opcode is the XRC one (transport prefix 101) rather than RC (000).
+    pub xrc: bool,
     /// Solicited event.
     pub solicited: bool,
     /// MigReq (path migration; ferroce sends 0).
@@ -179,6 +185,7 @@ impl Bth {
         Bth {
             opcode,
             uc: false,
+            xrc: false,
             solicited: false,
             mig_req: false,
             pad: 0,
@@ -199,10 +206,11 @@ impl Bth {
         if b.len() < BTH_LEN {
             return Err(WireError::Truncated);
         }
-        let (opcode, uc) = Opcode::decode(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
+        let (opcode, uc, xrc) = Opcode::decode_full(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
         Ok(Bth {
             opcode,
             uc,
+            xrc,
             solicited: b[1] & 0x80 != 0,
             mig_req: b[1] & 0x40 != 0,
             pad: (b[1] >> 4) & 3,
@@ -228,7 +236,14 @@ impl Bth {
         {
             return Err(WireError::Malformed("no such UC opcode"));
         }
-        b[0] = self.opcode.encode(self.uc);
+        if self.xrc && (self.uc || self.opcode.is_ud() || self.opcode == Opcode::Cnp) {
+            return Err(WireError::Malformed("no such XRC opcode"));
+        }
+        b[0] = if self.xrc {
+            self.opcode as u8 | XRC_PREFIX
+        } else {
+            self.opcode.encode(self.uc)
+        };
         b[1] = (self.solicited as u8) << 7
             | (self.mig_req as u8) << 6
             | (self.pad & 3) << 4
@@ -239,341 +254,6 @@ impl Bth {
         b[8] = (self.ack_req as u8) << 7 | (self.resv7 & 0x7f);
         put24(&mut b[9..12], self.psn);
         Ok(())
-    }
-}
-
-/// RDMA extended transport header (IBTA vol. 1 §9.3.3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Reth {
-    pub va: u64,
-    pub rkey: u32,
-    pub dma_len: u32,
-}
-
-impl Reth {
-    pub fn parse(b: &[u8]) -> Result<Reth, WireError> {
-        if b.len() < RETH_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(Reth {
-            va: be64(&b[0..8]),
-            rkey: be32(&b[8..12]),
-            dma_len: be32(&b[12..16]),
-        })
-    }
-    pub fn emit(&self, b: &mut [u8]) -> Result<(), WireError> {
-        if b.len() < RETH_LEN {
-            return Err(WireError::BufferTooSmall);
-        }
-        b[0..8].copy_from_slice(&self.va.to_be_bytes());
-        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
-        b[12..16].copy_from_slice(&self.dma_len.to_be_bytes());
-        Ok(())
-    }
-}
-
-/// Datagram extended transport header (IBTA vol. 1 §9.3.2): the Q_Key the receiving UD QP
-/// checks and the sender's QP number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Deth {
-    pub qkey: u32,
-    /// Source QP (24 bits).
-    pub src_qpn: u32,
-    /// The reserved byte between them (sent as 0; kept for exact round trips).
-    pub resv: u8,
-}
-
-impl Deth {
-    pub fn parse(b: &[u8]) -> Result<Deth, WireError> {
-        if b.len() < DETH_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(Deth {
-            qkey: be32(&b[0..4]),
-            resv: b[4],
-            src_qpn: be24(&b[5..8]),
-        })
-    }
-    pub fn emit(&self, b: &mut [u8]) -> Result<(), WireError> {
-        if b.len() < DETH_LEN {
-            return Err(WireError::BufferTooSmall);
-        }
-        b[0..4].copy_from_slice(&self.qkey.to_be_bytes());
-        b[4] = self.resv;
-        put24(&mut b[5..8], self.src_qpn);
-        Ok(())
-    }
-}
-
-/// NAK codes of the AETH syndrome (IBTA vol. 1 §9.7.5, AETH syndrome encodings).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NakCode {
-    PsnSequenceError,
-    InvalidRequest,
-    RemoteAccessError,
-    RemoteOperationalError,
-    /// Invalid RD request (RD only; never sent by ferroce).
-    InvalidRdRequest,
-    /// Reserved codes 5..=31, kept for round trips.
-    Reserved(u8),
-}
-
-impl NakCode {
-    pub fn from_u8(v: u8) -> NakCode {
-        match v & 0x1f {
-            0 => NakCode::PsnSequenceError,
-            1 => NakCode::InvalidRequest,
-            2 => NakCode::RemoteAccessError,
-            3 => NakCode::RemoteOperationalError,
-            4 => NakCode::InvalidRdRequest,
-            x => NakCode::Reserved(x),
-        }
-    }
-    pub fn to_u8(self) -> u8 {
-        match self {
-            NakCode::PsnSequenceError => 0,
-            NakCode::InvalidRequest => 1,
-            NakCode::RemoteAccessError => 2,
-            NakCode::RemoteOperationalError => 3,
-            NakCode::InvalidRdRequest => 4,
-            NakCode::Reserved(x) => x & 0x1f,
-        }
-    }
-}
-
-/// The 8-bit AETH syndrome: bits 6..5 select ACK (00), RNR NAK (01), reserved (10) or NAK
-/// (11); bits 4..0 are the credit count, the RNR timer code or the NAK code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Syndrome {
-    Ack {
-        credits: u8,
-    },
-    RnrNak {
-        timer: u8,
-    },
-    Nak(NakCode),
-    /// Bit 7 set or type 10: reserved encodings, kept as the raw byte.
-    Reserved(u8),
-}
-
-impl Syndrome {
-    /// An ACK without credit information (what rxe sends).
-    pub const ACK: Syndrome = Syndrome::Ack {
-        credits: CREDITS_INVALID,
-    };
-
-    pub fn from_u8(v: u8) -> Syndrome {
-        if v & 0x80 != 0 {
-            return Syndrome::Reserved(v);
-        }
-        let low = v & 0x1f;
-        match (v >> 5) & 3 {
-            0 => Syndrome::Ack { credits: low },
-            1 => Syndrome::RnrNak { timer: low },
-            3 => Syndrome::Nak(NakCode::from_u8(low)),
-            _ => Syndrome::Reserved(v),
-        }
-    }
-
-    pub fn to_u8(self) -> u8 {
-        match self {
-            Syndrome::Ack { credits } => credits & 0x1f,
-            Syndrome::RnrNak { timer } => 0x20 | (timer & 0x1f),
-            Syndrome::Nak(c) => 0x60 | c.to_u8(),
-            Syndrome::Reserved(v) => v,
-        }
-    }
-
-    pub fn is_ack(self) -> bool {
-        matches!(self, Syndrome::Ack { .. })
-    }
-}
-
-/// ACK extended transport header (IBTA vol. 1 §9.3.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Aeth {
-    pub syndrome: Syndrome,
-    /// Message sequence number (24 bits).
-    pub msn: u32,
-}
-
-impl Aeth {
-    pub fn parse(b: &[u8]) -> Result<Aeth, WireError> {
-        if b.len() < AETH_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(Aeth {
-            syndrome: Syndrome::from_u8(b[0]),
-            msn: be24(&b[1..4]),
-        })
-    }
-    pub fn emit(&self, b: &mut [u8]) -> Result<(), WireError> {
-        if b.len() < AETH_LEN {
-            return Err(WireError::BufferTooSmall);
-        }
-        b[0] = self.syndrome.to_u8();
-        put24(&mut b[1..4], self.msn);
-        Ok(())
-    }
-}
-
-/// Atomic extended transport header (IBTA vol. 1 §9.3.4). FETCH_ADD carries the addend in
-/// `swap_add` and sends `compare` as 0.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct AtomicEth {
-    pub va: u64,
-    pub rkey: u32,
-    pub swap_add: u64,
-    pub compare: u64,
-}
-
-impl AtomicEth {
-    pub fn parse(b: &[u8]) -> Result<AtomicEth, WireError> {
-        if b.len() < ATOMIC_ETH_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(AtomicEth {
-            va: be64(&b[0..8]),
-            rkey: be32(&b[8..12]),
-            swap_add: be64(&b[12..20]),
-            compare: be64(&b[20..28]),
-        })
-    }
-    pub fn emit(&self, b: &mut [u8]) -> Result<(), WireError> {
-        if b.len() < ATOMIC_ETH_LEN {
-            return Err(WireError::BufferTooSmall);
-        }
-        b[0..8].copy_from_slice(&self.va.to_be_bytes());
-        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
-        b[12..20].copy_from_slice(&self.swap_add.to_be_bytes());
-        b[20..28].copy_from_slice(&self.compare.to_be_bytes());
-        Ok(())
-    }
-}
-
-/// The extended headers of one packet. Exactly the ones its opcode calls for are `Some`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct ExtHeaders {
-    /// DETH (UD).
-    pub deth: Option<Deth>,
-    pub reth: Option<Reth>,
-    pub aeth: Option<Aeth>,
-    pub atomic: Option<AtomicEth>,
-    /// AtomicAckETH: the original remote data (IBTA vol. 1 §9.3.6).
-    pub atomic_ack: Option<u64>,
-    /// ImmDt (IBTA vol. 1 §9.3.7).
-    pub imm: Option<u32>,
-    /// IETH: the R_Key to invalidate (IBTA vol. 1 §9.3.8).
-    pub ieth: Option<u32>,
-    /// The 16 reserved bytes of a CNP.
-    pub cnp: Option<[u8; CNP_RESERVED_LEN]>,
-}
-
-impl ExtHeaders {
-    /// Parse the extended headers of `opcode` from `b` (which starts right after the BTH), in
-    /// the order IBTA vol. 1 §9.2 gives: DETH, RETH/AtomicETH, AETH, AtomicAckETH,
-    /// ImmDt/IETH.
-    pub fn parse(opcode: Opcode, b: &[u8]) -> Result<ExtHeaders, WireError> {
-        if b.len() < opcode.ext_len() {
-            return Err(WireError::Truncated);
-        }
-        let mut e = ExtHeaders::default();
-        let mut o = 0;
-        if opcode.has_deth() {
-            e.deth = Some(Deth::parse(&b[o..])?);
-            o += DETH_LEN;
-        }
-        if opcode.has_reth() {
-            e.reth = Some(Reth::parse(&b[o..])?);
-            o += RETH_LEN;
-        }
-        if opcode.has_atomic_eth() {
-            e.atomic = Some(AtomicEth::parse(&b[o..])?);
-            o += ATOMIC_ETH_LEN;
-        }
-        if opcode.has_aeth() {
-            e.aeth = Some(Aeth::parse(&b[o..])?);
-            o += AETH_LEN;
-        }
-        if opcode.has_atomic_ack_eth() {
-            e.atomic_ack = Some(be64(&b[o..o + 8]));
-            o += ATOMIC_ACK_ETH_LEN;
-        }
-        if opcode.has_imm() {
-            e.imm = Some(be32(&b[o..o + 4]));
-            o += IMM_LEN;
-        }
-        if opcode.has_ieth() {
-            e.ieth = Some(be32(&b[o..o + 4]));
-            o += IETH_LEN;
-        }
-        if opcode == Opcode::Cnp {
-            let mut r = [0u8; CNP_RESERVED_LEN];
-            r.copy_from_slice(&b[o..o + CNP_RESERVED_LEN]);
-            e.cnp = Some(r);
-        }
-        Ok(e)
-    }
-
-    /// Whether exactly the headers `opcode` calls for are present.
-    pub fn matches(&self, opcode: Opcode) -> bool {
-        self.deth.is_some() == opcode.has_deth()
-            && self.reth.is_some() == opcode.has_reth()
-            && self.aeth.is_some() == opcode.has_aeth()
-            && self.atomic.is_some() == opcode.has_atomic_eth()
-            && self.atomic_ack.is_some() == opcode.has_atomic_ack_eth()
-            && self.imm.is_some() == opcode.has_imm()
-            && self.ieth.is_some() == opcode.has_ieth()
-            && self.cnp.is_some() == (opcode == Opcode::Cnp)
-    }
-
-    /// Write the headers into `b`; returns their length. Fails when they do not match
-    /// `opcode`.
-    pub fn emit(&self, opcode: Opcode, b: &mut [u8]) -> Result<usize, WireError> {
-        if !self.matches(opcode) {
-            return Err(WireError::Malformed(
-                "extended headers do not match the opcode",
-            ));
-        }
-        let n = opcode.ext_len();
-        if b.len() < n {
-            return Err(WireError::BufferTooSmall);
-        }
-        let mut o = 0;
-        if let Some(d) = self.deth {
-            d.emit(&mut b[o..])?;
-            o += DETH_LEN;
-        }
-        if let Some(r) = self.reth {
-            r.emit(&mut b[o..])?;
-            o += RETH_LEN;
-        }
-        if let Some(a) = self.atomic {
-            a.emit(&mut b[o..])?;
-            o += ATOMIC_ETH_LEN;
-        }
-        if let Some(a) = self.aeth {
-            a.emit(&mut b[o..])?;
-            o += AETH_LEN;
-        }
-        if let Some(v) = self.atomic_ack {
-            b[o..o + 8].copy_from_slice(&v.to_be_bytes());
-            o += ATOMIC_ACK_ETH_LEN;
-        }
-        if let Some(v) = self.imm {
-            b[o..o + 4].copy_from_slice(&v.to_be_bytes());
-            o += IMM_LEN;
-        }
-        if let Some(v) = self.ieth {
-            b[o..o + 4].copy_from_slice(&v.to_be_bytes());
-            o += IETH_LEN;
-        }
-        if let Some(r) = self.cnp {
-            b[o..o + CNP_RESERVED_LEN].copy_from_slice(&r);
-            o += CNP_RESERVED_LEN;
-        }
-        debug_assert_eq!(o, n);
-        Ok(n)
     }
 }
 
@@ -590,8 +270,8 @@ impl<T: AsRef<[u8]>> PacketView<T> {
         if b.len() < BTH_LEN + ICRC_LEN {
             return Err(WireError::Truncated);
         }
-        let (op, _) = Opcode::decode(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
-        let hdr = BTH_LEN + op.ext_len();
+        let (op, _, xrc) = Opcode::decode_full(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
+        let hdr = BTH_LEN + op.ext_len_in(xrc);
         if b.len() < hdr + ICRC_LEN {
             return Err(WireError::Truncated);
         }
@@ -611,7 +291,11 @@ impl<T: AsRef<[u8]>> PacketView<T> {
     }
     pub fn opcode(&self) -> Opcode {
         // new_checked validated it; the fallback is never taken.
-        Opcode::decode(self.b()[0]).map_or(Opcode::Acknowledge, |(op, _)| op)
+        Opcode::decode_full(self.b()[0]).map_or(Opcode::Acknowledge, |(op, _, _)| op)
+    }
+    /// The opcode is an XRC one.
+    pub fn is_xrc(&self) -> bool {
+        self.b()[0] & 0xe0 == XRC_PREFIX
     }
     /// The opcode is a UC one.
     pub fn is_uc(&self) -> bool {
@@ -654,7 +338,7 @@ impl<T: AsRef<[u8]>> PacketView<T> {
     }
     /// BTH plus extended headers.
     pub fn header_len(&self) -> usize {
-        BTH_LEN + self.opcode().ext_len()
+        BTH_LEN + self.opcode().ext_len_in(self.is_xrc())
     }
     /// The extended header bytes.
     pub fn ext_bytes(&self) -> &[u8] {
@@ -735,7 +419,7 @@ impl<'a> Packet<'a> {
     pub fn parse(b: &'a [u8]) -> Result<Packet<'a>, WireError> {
         let v = PacketView::new_checked(b)?;
         let bth = Bth::parse(b)?;
-        let ext = ExtHeaders::parse(bth.opcode, &b[BTH_LEN..])?;
+        let ext = ExtHeaders::parse_in(bth.opcode, bth.xrc, &b[BTH_LEN..])?;
         let end = b.len() - ICRC_LEN - v.pad_count();
         Ok(Packet {
             bth,
@@ -746,7 +430,7 @@ impl<'a> Packet<'a> {
 
     /// Bytes before the payload.
     pub fn header_len(&self) -> usize {
-        BTH_LEN + self.bth.opcode.ext_len()
+        BTH_LEN + self.bth.opcode.ext_len_in(self.bth.xrc)
     }
 
     /// Total length on the wire (UDP payload): headers, payload, pad, ICRC.
@@ -781,7 +465,10 @@ impl<'a> Packet<'a> {
             return Err(WireError::BufferTooSmall);
         }
         self.bth.emit(buf)?;
-        let h = BTH_LEN + self.ext.emit(self.bth.opcode, &mut buf[BTH_LEN..])?;
+        let h = BTH_LEN
+            + self
+                .ext
+                .emit_in(self.bth.opcode, self.bth.xrc, &mut buf[BTH_LEN..])?;
         let p = h + self.payload.len();
         buf[h..p].copy_from_slice(self.payload);
         let e = p + self.bth.pad as usize;

@@ -43,6 +43,9 @@ pub struct Wire {
     pub dropped: u64,
     /// (from A?, opcode, psn) of every packet sent.
     pub log: Vec<(bool, Opcode, u32)>,
+    /// Every packet sent (from A?, its bytes), when `keep_frames` is set.
+    pub frames: Vec<(bool, Vec<u8>)>,
+    pub keep_frames: bool,
     /// (PSN, VA, DMA length) of every READ request sent (by either side).
     pub reads: Vec<(u32, u64, u32)>,
 }
@@ -79,6 +82,8 @@ impl Wire {
             sent: 0,
             dropped: 0,
             log: Vec::new(),
+            frames: Vec::new(),
+            keep_frames: false,
             reads: Vec::new(),
         }
     }
@@ -105,6 +110,9 @@ impl Wire {
                     let p = Packet::parse(&bytes).unwrap();
                     assert_eq!(p.bth.dest_qpn, QP);
                     self.log.push((from_a, p.bth.opcode, p.bth.psn));
+                    if self.keep_frames {
+                        self.frames.push((from_a, bytes.clone()));
+                    }
                     if let (Opcode::ReadRequest, Some(r)) = (p.bth.opcode, p.ext.reth) {
                         self.reads.push((p.bth.psn, r.va, r.dma_len));
                     }

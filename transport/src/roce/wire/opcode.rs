@@ -1,5 +1,5 @@
-//! The BTH opcode byte: the RC, UC and UD opcodes, the headers each one carries and where a
-//! packet sits in its message (IBTA vol. 1 §9.2).
+//! The BTH opcode byte: the RC, UC, UD and XRC opcodes, the headers each one carries and
+//! where a packet sits in its message (IBTA vol. 1 §9.2).
 
 use super::*;
 use core::fmt;
@@ -10,6 +10,10 @@ pub const UC_PREFIX: u8 = 0x20;
 /// Transport prefix of the unreliable datagram (UD) opcodes (bits 7..5 011): of them only
 /// SEND_ONLY (0x64) and SEND_ONLY with immediate (0x65) exist.
 pub const UD_PREFIX: u8 = 0x60;
+/// Transport prefix of the extended reliable connected (XRC) opcodes (bits 7..5 101): the RC
+/// opcodes (same low 5 bits) with the XRCETH after the BTH of every request (IBTA vol. 1
+/// §9.2, §9.3.9).
+pub const XRC_PREFIX: u8 = 0xa0;
 
 /// BTH opcodes of the reliable connected (RC) transport (IBTA vol. 1 §9.2 opcode table, prefix 000)
 /// plus the RoCEv2 congestion notification packet (Annex A17).
@@ -116,6 +120,26 @@ impl Opcode {
                 .filter(|_| !op.has_ieth());
         }
         Opcode::from_u8(v).map(|op| (op, false))
+    }
+
+    /// Any opcode byte this codec knows: (operation, UC, XRC). [`Opcode::decode`] without
+    /// XRC; an XRC opcode is an RC one (0x00..=0x14, 0x16, 0x17) with prefix 101.
+    pub fn decode_full(v: u8) -> Option<(Opcode, bool, bool)> {
+        if v & 0xe0 == XRC_PREFIX {
+            return Opcode::from_u8(v & 0x1f).map(|op| (op, false, true));
+        }
+        Opcode::decode(v).map(|(op, uc)| (op, uc, false))
+    }
+
+    /// Whether the XRC form of this opcode carries an XRCETH: every request does (the target
+    /// SRQ's number), responses do not (IBTA vol. 1 §9.3.9).
+    pub fn has_xrceth(self, xrc: bool) -> bool {
+        xrc && !self.is_response() && !self.is_ud() && self != Opcode::Cnp
+    }
+
+    /// Length of the extended headers of this opcode on the XRC (`xrc`) or another transport.
+    pub fn ext_len_in(self, xrc: bool) -> usize {
+        self.ext_len() + if self.has_xrceth(xrc) { XRCETH_LEN } else { 0 }
     }
 
     /// The opcode byte of this operation on the RC (`uc` false) or UC transport.

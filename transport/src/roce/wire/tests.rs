@@ -97,17 +97,24 @@ fn ud_send_only_imm_bytes() {
     assert!(bad.emit_without_icrc(&mut buf).is_err());
 }
 
+// checks: [ROCE-9] [ROCE-10]
 #[test]
 fn emit_parse_every_opcode() {
+    let mut xrc_ops = 0;
     for v in 0..=255u8 {
-        let Some(op) = Opcode::from_u8(v) else {
+        // RC, UC, UD, CNP and XRC opcode bytes.
+        let Some((op, uc, xrc)) = Opcode::decode_full(v) else {
             continue;
         };
         let payload: &[u8] = if op.has_payload() { b"hello" } else { b"" };
         let mut bth = Bth::new(op, 0x12_3456, 0xab_cdef);
         bth.pad = pad_for(payload.len());
         bth.ack_req = true;
+        bth.uc = uc;
+        bth.xrc = xrc;
+        xrc_ops += usize::from(xrc);
         let ext = ExtHeaders {
+            xrceth: op.has_xrceth(xrc).then_some(Xrceth::new(0x00ab_c123)),
             deth: op.has_deth().then_some(Deth {
                 qkey: 0x1111_1111,
                 src_qpn: 0x00ab_cdef,
@@ -144,12 +151,49 @@ fn emit_parse_every_opcode() {
         let n = p.emit_canonical(&mut buf, &flow).unwrap();
         assert_eq!(n, p.buffer_len());
         assert_eq!(n % 4, 0, "{op}");
+        assert_eq!(buf[0], v, "{op}");
         let q = Packet::parse(&buf[..n]).unwrap();
         assert_eq!(p, q);
-        let v = PacketView::new_checked(&buf[..n]).unwrap();
-        assert!(v.icrc_ok_canonical(&flow));
-        assert_eq!(v.psn(), 0xab_cdef);
-        assert_eq!(v.dest_qpn(), 0x12_3456);
+        let view = PacketView::new_checked(&buf[..n]).unwrap();
+        assert!(view.icrc_ok_canonical(&flow));
+        assert_eq!(view.psn(), 0xab_cdef);
+        assert_eq!(view.dest_qpn(), 0x12_3456);
+        assert_eq!(view.is_xrc(), xrc);
+        // An XRC request's XRCETH comes right after the BTH; an XRC response has none.
+        if op.has_xrceth(xrc) {
+            assert_eq!(&buf[12..16], &[0, 0xab, 0xc1, 0x23], "{op}");
+        }
+        assert_eq!(
+            view.header_len(),
+            BTH_LEN + op.ext_len() + if op.has_xrceth(xrc) { 4 } else { 0 }
+        );
+        // Without its XRCETH an XRC request is a header short: it does not emit.
+        if op.has_xrceth(xrc) {
+            let bare = Packet {
+                ext: ExtHeaders {
+                    xrceth: None,
+                    ..p.ext
+                },
+                ..p
+            };
+            assert!(bare.emit_without_icrc(&mut buf).is_err(), "{op}");
+        }
+    }
+    // The RC opcodes 0x00..=0x14, 0x16, 0x17 with prefix 101.
+    assert_eq!(xrc_ops, 23);
+    for v in [0xb5u8, 0xb8, 0xbf, 0xe4] {
+        assert_eq!(Opcode::decode_full(v), None, "{v:#x}");
+    }
+    // No XRC form of UC, UD or CNP.
+    for (op, uc) in [
+        (Opcode::SendOnly, true),
+        (Opcode::UdSendOnly, false),
+        (Opcode::Cnp, false),
+    ] {
+        let mut bth = Bth::new(op, 1, 1);
+        bth.uc = uc;
+        bth.xrc = true;
+        assert!(bth.emit(&mut [0u8; 12]).is_err(), "{op}");
     }
 }
 
