@@ -60,6 +60,9 @@ pub struct UdpCounters {
     pub rx_truncated: u64,
     pub rx_no_mbuf: u64,
     pub rx_errors: u64,
+    /// Datagrams the kernel dropped before the engine read them (the receive buffer was
+    /// full: the engine was not scheduled, or the rate exceeded it), from SO_RXQ_OVFL.
+    pub rx_kernel_dropped: u64,
     pub tx_datagrams: u64,
     pub tx_bytes: u64,
     pub tx_calls: u64,
@@ -324,6 +327,9 @@ impl PacketIo for UdpIo {
         let before = out.len();
         for (i, mut m) in self.rx_bufs.drain(..got).enumerate() {
             let r = self.rx_meta[i];
+            if let Some(d) = r.dropped {
+                self.c.rx_kernel_dropped = d as u64;
+            }
             if r.truncated {
                 self.c.rx_truncated += 1;
                 continue;

@@ -12,7 +12,8 @@ use std::os::fd::AsRawFd;
 pub const MAX_BATCH: usize = 64;
 
 /// Room for the control messages of one datagram: IP_PKTINFO (12 bytes), IP_TOS and IP_TTL
-/// (an int each on send; a byte and an int on receive), each with its cmsghdr and padding.
+/// (an int each on send; a byte and an int on receive) and SO_RXQ_OVFL (a u32), each with
+/// its cmsghdr and padding (104 bytes in all on x86_64).
 const CMSG_ROOM: usize = 128;
 
 /// One datagram received by [`Sock::recv_batch`].
@@ -26,6 +27,9 @@ pub struct RecvMeta {
     pub len: usize,
     /// The datagram was larger than the buffer (MSG_TRUNC): its tail is lost.
     pub truncated: bool,
+    /// The socket's running count of datagrams dropped for a full receive buffer
+    /// (SO_RXQ_OVFL), if the kernel reported it.
+    pub dropped: Option<u32>,
 }
 
 impl Default for RecvMeta {
@@ -37,6 +41,7 @@ impl Default for RecvMeta {
             ttl: 0,
             len: 0,
             truncated: false,
+            dropped: None,
         }
     }
 }
@@ -90,6 +95,8 @@ impl Sock {
         setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
         setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
         setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+        // The socket's count of datagrams the kernel dropped (a full buffer) comes along.
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)?;
         setsockopt_int(
             fd,
             libc::IPPROTO_IP,
@@ -251,6 +258,12 @@ impl Sock {
                 while !c.is_null() {
                     let data = libc::CMSG_DATA(c);
                     let dlen = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                    if (*c).cmsg_level == libc::SOL_SOCKET
+                        && (*c).cmsg_type == libc::SO_RXQ_OVFL
+                        && dlen >= size_of::<u32>()
+                    {
+                        r.dropped = Some(std::ptr::read_unaligned(data as *const u32));
+                    }
                     if (*c).cmsg_level == libc::IPPROTO_IP {
                         match (*c).cmsg_type {
                             libc::IP_PKTINFO if dlen >= size_of::<libc::in_pktinfo>() => {
