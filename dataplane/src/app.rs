@@ -766,6 +766,7 @@ pub struct PairDriver {
     pub server: ServerApp,
     ch: EngineHandle,
     sh: EngineHandle,
+    client_started: bool,
 }
 
 impl PairDriver {
@@ -776,18 +777,27 @@ impl PairDriver {
         spec: &WorkloadSpec,
     ) -> Self {
         let sv = ServerApp::new(server.clone(), spec);
-        let mut cl = ClientApp::new(client.clone(), spec, server_ip, sv.keys);
-        cl.start_async();
+        let cl = ClientApp::new(client.clone(), spec, server_ip, sv.keys);
         PairDriver {
             client: cl,
             server: sv,
             ch: client.clone(),
             sh: server.clone(),
+            client_started: false,
         }
     }
 
-    /// Handle what the engines produced; true if anything was.
+    /// Handle what the engines produced; true if anything was. The first call starts the
+    /// client: by then the engines were polled once, so the server's engine has taken its
+    /// listen command, and the client's OPEN cannot reach it first (the engine reads its
+    /// packets before its commands; without ARP in between, as on the UDP backend, the
+    /// OPEN would otherwise be accepted with no streams to create).
     pub fn step(&mut self) -> bool {
+        if !self.client_started {
+            self.client_started = true;
+            self.client.start_async();
+            return true;
+        }
         let mut any = false;
         while let Some(o) = self.ch.try_next() {
             self.client.on_output(o);
