@@ -900,6 +900,31 @@ mod tests {
     }
 
     #[test]
+    fn the_backend_is_checked() {
+        let c = Config::from_toml(
+            "[net]\naddress = \"198.18.1.11\"\n[port]\nbackend = \"udp\"\n",
+            "t",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.udp.max_sockets, 1024);
+        let bad = |t: &str| {
+            Config::from_toml(t, "t")
+                .and_then(|c| c.validate().map(|_| c))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad("[net]\naddress = \"198.18.1.11\"\n[port]\nbackend = \"xdp\"\n");
+        assert!(e.contains("port.backend") && e.contains("\"udp\""), "{e}");
+        let e = bad(&format!("{}backend = \"udp\"\n", base()));
+        assert!(e.contains("port.backend") && e.contains("port.vdev"), "{e}");
+        let e = bad(
+            "[net]\naddress = \"198.18.1.11\"\n[port]\nbackend = \"udp\"\n[udp]\nmax_sockets = 70000\n",
+        );
+        assert!(e.contains("udp.max_sockets"), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let e = Config::from_toml(&(base() + "[fault.tx]\nlos = 0.1\n"), "x.toml").unwrap_err();
         assert!(e.0.contains("los"), "{e}");

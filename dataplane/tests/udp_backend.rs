@@ -265,3 +265,34 @@ fn udp_backend_to_dpdk_backend_two_namespaces() {
         [side(Backend::Dpdk, 0.0), side(Backend::Udp, 0.01)],
     );
 }
+
+/// `ferroce-dp bench --pmd udp`: the backend's raw rate and the transport's over it, short,
+/// every row verified (the benchmark makes and removes its own namespace).
+#[test]
+fn udp_backend_bench_rows() {
+    if !need_root("udp_backend_bench_rows") {
+        return;
+    }
+    let _g = serial();
+    let out = Command::new("timeout")
+        .args(["-k", "5", "120", BIN, "bench", "--pmd", "udp", "--no-huge"])
+        .args(["--seconds", "0.2", "--payloads", "64,1408", "--csv", "-"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferroce-dp bench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!("{text}");
+    assert!(out.status.success(), "bench failed: {text}\n{err}");
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.starts_with("kernel_udp,"))
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for r in rows {
+        let raw: f64 = r[2].parse().unwrap_or(0.0);
+        let fer: f64 = r[3].parse().unwrap_or(0.0);
+        assert!(raw > 0.0 && fer > 0.0, "a rate of zero: {r:?}");
+    }
+}

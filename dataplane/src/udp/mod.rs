@@ -449,3 +449,77 @@ impl PacketIo for UdpIo {
 
     fn flush(&mut self) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(payload: usize, tos: u8) -> Vec<u8> {
+        let mut b = vec![0u8; net::HDRS_LEN + payload.max(net::MIN_FRAME)];
+        for (i, x) in b[net::HDRS_LEN..net::HDRS_LEN + payload]
+            .iter_mut()
+            .enumerate()
+        {
+            *x = i as u8;
+        }
+        let h = UdpHeader {
+            src_mac: UDP_MAC,
+            dst_mac: [0; 6],
+            src_ip: Ipv4Addr::new(198, 18, 3, 1),
+            dst_ip: Ipv4Addr::new(198, 18, 3, 2),
+            ip_id: 7,
+            ttl: 33,
+            ecn: tos & 3,
+            src_port: 50_001,
+            dst_port: 4792,
+        };
+        let n = net::write_udp(&mut b, &h, payload);
+        b.truncate(n);
+        b
+    }
+
+    #[test]
+    fn a_frame_the_engine_built_gives_its_datagram() {
+        for payload in [0usize, 1, 17, 1400] {
+            let f = frame(payload, net::ecn::CE);
+            let o = parse_out(&f).expect("an IPv4/UDP frame");
+            assert_eq!(o.dst, "198.18.3.2:4792".parse().unwrap());
+            assert_eq!(o.src_port, 50_001);
+            assert_eq!((o.tos, o.ttl), (net::ecn::CE, 33));
+            // The payload, not the padding of a short frame.
+            assert_eq!(o.payload.len(), payload, "payload {payload}");
+            assert_eq!(
+                f[o.payload.start..o.payload.end].first(),
+                (payload > 0).then_some(&0)
+            );
+        }
+    }
+
+    #[test]
+    fn what_is_not_an_ipv4_udp_frame_is_refused() {
+        let good = frame(100, 0);
+        let mut arp = good.clone();
+        arp[12..14].copy_from_slice(&net::ETHERTYPE_ARP.to_be_bytes());
+        let mut tcp = good.clone();
+        tcp[net::ETH_LEN + 9] = 6;
+        let mut long = good.clone();
+        long[net::ETH_LEN + 2..net::ETH_LEN + 4].copy_from_slice(&2000u16.to_be_bytes());
+        let mut udp_long = good.clone();
+        udp_long[net::ETH_LEN + 24..net::ETH_LEN + 26].copy_from_slice(&500u16.to_be_bytes());
+        let mut udp_short = good.clone();
+        udp_short[net::ETH_LEN + 24..net::ETH_LEN + 26].copy_from_slice(&4u16.to_be_bytes());
+        let mut v6 = good.clone();
+        v6[net::ETH_LEN] = 0x65;
+        for (what, f) in [
+            ("arp", &arp[..]),
+            ("tcp", &tcp[..]),
+            ("ip length past the frame", &long[..]),
+            ("udp length past the ip packet", &udp_long[..]),
+            ("udp length below its header", &udp_short[..]),
+            ("not ipv4", &v6[..]),
+            ("truncated", &good[..30]),
+        ] {
+            assert!(parse_out(f).is_none(), "{what}");
+        }
+    }
+}
