@@ -6,7 +6,7 @@
 //! - UDP backend ↔ DPDK backend (net_af_packet on the other end of the veth), both ways
 //!   round, with 1 % loss.
 //!
-//! Addresses: 198.19.X.0/24 with X from this process's id (the kernel has .1/.2; the DPDK
+//! Addresses: 198.19.X.0/24 with X = 60 + this process's id % 40 (the kernel has .1/.2; the DPDK
 //! engine .12, an address its namespace's kernel does not have). Root is needed only to make
 //! the namespaces (the test skips without it).
 
@@ -23,7 +23,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_ferroce-dp");
 
 /// The third octet of this process's addresses.
 fn net() -> u32 {
-    100 + std::process::id() % 100
+    60 + std::process::id() % 40
 }
 
 fn kernel_ip(side: usize) -> String {
