@@ -741,7 +741,12 @@ pub fn run_client(
 
 /// Run a server until the client closes (or `timeout`), then verify its write area.
 pub fn run_server(h: &EngineHandle, spec: &WorkloadSpec, timeout: Duration) -> WorkloadResult {
-    let mut s = ServerApp::new(h.clone(), spec);
+    serve(ServerApp::new(h.clone(), spec), h, timeout)
+}
+
+/// Run a server made beforehand (`ferroce dataplane run` makes it before its engine starts,
+/// so the listen command is queued before any OPEN can arrive) until its client closed.
+pub fn serve(mut s: ServerApp, h: &EngineHandle, timeout: Duration) -> WorkloadResult {
     let t0 = Instant::now();
     while !s.closed() && t0.elapsed() < timeout && !h.stopped() {
         if let Some(o) = h.next(Duration::from_millis(5)) {
@@ -766,7 +771,6 @@ pub struct PairDriver {
     pub server: ServerApp,
     ch: EngineHandle,
     sh: EngineHandle,
-    client_started: bool,
 }
 
 impl PairDriver {
@@ -777,27 +781,18 @@ impl PairDriver {
         spec: &WorkloadSpec,
     ) -> Self {
         let sv = ServerApp::new(server.clone(), spec);
-        let cl = ClientApp::new(client.clone(), spec, server_ip, sv.keys);
+        let mut cl = ClientApp::new(client.clone(), spec, server_ip, sv.keys);
+        cl.start_async();
         PairDriver {
             client: cl,
             server: sv,
             ch: client.clone(),
             sh: server.clone(),
-            client_started: false,
         }
     }
 
-    /// Handle what the engines produced; true if anything was. The first call starts the
-    /// client: by then the engines were polled once, so the server's engine has taken its
-    /// listen command, and the client's OPEN cannot reach it first (the engine reads its
-    /// packets before its commands; without ARP in between, as on the UDP backend, the
-    /// OPEN would otherwise be accepted with no streams to create).
+    /// Handle what the engines produced; true if anything was.
     pub fn step(&mut self) -> bool {
-        if !self.client_started {
-            self.client_started = true;
-            self.client.start_async();
-            return true;
-        }
         let mut any = false;
         while let Some(o) = self.ch.try_next() {
             self.client.on_output(o);

@@ -774,6 +774,12 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
         }
     );
     install_signal_handlers();
+    let timeout = Duration::from_secs_f64(cfg.workload.timeout_s);
+    let spec = cfg.workload_spec().ok();
+    // A server listens before its engine runs: its first turn takes the listen command
+    // before any packet, so an early client's OPEN never finds a listener without streams.
+    let server = (cfg.workload.role == "server")
+        .then(|| app::ServerApp::new(h.clone(), spec.as_ref().expect("validated")));
     let lcore = cfg
         .engine
         .lcore
@@ -790,14 +796,8 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
             Box::new(move || t.join().unwrap_or(Value::Null))
         }
     };
-    let timeout = Duration::from_secs_f64(cfg.workload.timeout_s);
-    let spec = cfg.workload_spec().ok();
     let result: Option<WorkloadResult> = match cfg.workload.role.as_str() {
-        "server" => Some(app::run_server(
-            &h,
-            spec.as_ref().expect("validated"),
-            timeout,
-        )),
+        "server" => server.map(|s| app::serve(s, &h, timeout)),
         "client" => {
             let peer: Ipv4Addr = cfg
                 .workload

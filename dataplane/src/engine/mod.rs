@@ -1,8 +1,8 @@
 //! The poll-mode engine: one packet I/O (a DPDK port, with faults and capture stacked on it
 //! when asked: [`crate::io`]), one transport, one run loop.
 //!
-//! Each [`Engine::poll`]: rx burst → Ethernet/ARP/IPv4/UDP → `Transport::handle_datagram` →
-//! application commands → timers → `poll_transmit` straight into mbufs → tx burst →
+//! Each [`Engine::poll`]: application commands → rx burst → Ethernet/ARP/IPv4/UDP →
+//! `Transport::handle_datagram` → timers → `poll_transmit` straight into mbufs → tx burst →
 //! completions and events to the application.
 //!
 //! Copies: received payloads are handed to the transport in place (the mbuf's bytes), and the
@@ -468,6 +468,20 @@ impl Engine {
             };
         }
 
+        // Application commands, before the packets: what the application asked for came
+        // first (a listen command must be in place before the OPEN it is for is read, or
+        // the connection is accepted without the streams it should get).
+        for _ in 0..256 {
+            match self.cmd_rx.try_recv() {
+                Ok(c) => {
+                    work = true;
+                    self.counters.commands += 1;
+                    self.command(c);
+                }
+                Err(_) => break,
+            }
+        }
+
         // Receive.
         let n = self.io.rx_burst(now, &mut self.rx, self.p.burst);
         if n > 0 {
@@ -480,18 +494,6 @@ impl Engine {
             }
             self.rx = rx;
             locked.release();
-        }
-
-        // Application commands.
-        for _ in 0..256 {
-            match self.cmd_rx.try_recv() {
-                Ok(c) => {
-                    work = true;
-                    self.counters.commands += 1;
-                    self.command(c);
-                }
-                Err(_) => break,
-            }
         }
 
         // Timers.
