@@ -1,7 +1,8 @@
 //! `ferroce compliance` against real targets over real sockets, each in network namespaces of
 //! its own (addresses from 198.19.0.0/16, a block per process):
 //! - ferroce's DPDK engine (`workload.role = "compliance"`, net_af_packet on a veth) with the
-//!   suite's kernel UDP socket in the other namespace: every case passes;
+//!   suite's kernel UDP socket in the other namespace: every case passes; and the same engine
+//!   on the kernel UDP backend (`port.backend = "udp"`): every case passes;
 //! - the transport's endpoint on a kernel UDP socket: every case passes, and with each of seven
 //!   wire misbehaviours switched on, the case that covers it fails naming its requirement.
 
@@ -96,19 +97,48 @@ fn compliance_suite_passes_against_the_dpdk_engine_over_veth() {
     if !need_root("compliance_suite_passes_against_the_dpdk_engine_over_veth") {
         return;
     }
+    against_engine(false);
+}
+
+/// The same engine on the kernel UDP backend (`port.backend = "udp"`, bound to the kernel's
+/// own address in its namespace): every case passes too.
+#[test]
+fn compliance_suite_passes_against_the_engine_on_the_udp_backend() {
+    if !need_root("compliance_suite_passes_against_the_engine_on_the_udp_backend") {
+        return;
+    }
+    against_engine(true);
+}
+
+/// `ferroce dataplane run` as a compliance target in one namespace of a veth pair (on
+/// net_af_packet, or with `udp` on the kernel UDP backend), the suite in the other.
+fn against_engine(udp: bool) {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (k0, k1, engine) = (addr(1), addr(2), addr(12));
-    let veth = VethPair::create("cp", [&k0, &k1], 24).expect("veth pair");
-    let dir =
-        TmpDir(std::env::temp_dir().join(format!("ferroce-compliance-{}", std::process::id())));
+    let (k0, k1) = (addr(1), addr(2));
+    // af_packet: an address the namespace's kernel does not have; UDP: the kernel's own.
+    let engine = if udp { k1.clone() } else { addr(12) };
+    let veth = VethPair::create(if udp { "cu" } else { "cp" }, [&k0, &k1], 24).expect("veth pair");
+    let dir = TmpDir(std::env::temp_dir().join(format!(
+        "ferroce-compliance-{}-{}",
+        std::process::id(),
+        if udp { "udp" } else { "dpdk" }
+    )));
     std::fs::create_dir_all(&dir.0).unwrap();
     let cfg = dir.0.join("target.toml");
+    let port = if udp {
+        "backend = \"udp\"".to_string()
+    } else {
+        format!(
+            "vdev = \"net_af_packet1,iface={},framecnt=4096\"",
+            veth.ifname[1]
+        )
+    };
     std::fs::write(
         &cfg,
         format!(
             r#"
 [port]
-vdev = "net_af_packet1,iface={iface},framecnt=4096"
+{port}
 mtu = 1500
 
 [net]
@@ -123,8 +153,7 @@ initial_rto_us = 10000
 [workload]
 role = "compliance"
 timeout_s = 120
-"#,
-            iface = veth.ifname[1]
+"#
         ),
     )
     .unwrap();
@@ -202,7 +231,15 @@ timeout_s = 120
         "engine pid {pid}: {}",
         engine_log.lines().last().unwrap_or("")
     );
-    assert_all_pass(&v, &out, "DPDK engine");
+    assert_all_pass(
+        &v,
+        &out,
+        if udp {
+            "engine on the UDP backend"
+        } else {
+            "DPDK engine"
+        },
+    );
 }
 
 /// A directory removed however the test ends.

@@ -741,7 +741,12 @@ pub fn run_client(
 
 /// Run a server until the client closes (or `timeout`), then verify its write area.
 pub fn run_server(h: &EngineHandle, spec: &WorkloadSpec, timeout: Duration) -> WorkloadResult {
-    let mut s = ServerApp::new(h.clone(), spec);
+    serve(ServerApp::new(h.clone(), spec), h, timeout)
+}
+
+/// Run a server made beforehand (`ferroce dataplane run` makes it before its engine starts,
+/// so the listen command is queued before any OPEN can arrive) until its client closed.
+pub fn serve(mut s: ServerApp, h: &EngineHandle, timeout: Duration) -> WorkloadResult {
     let t0 = Instant::now();
     while !s.closed() && t0.elapsed() < timeout && !h.stopped() {
         if let Some(o) = h.next(Duration::from_millis(5)) {

@@ -54,6 +54,9 @@ args = []
 
 [port]
 vdev = "net_af_packet0,iface=veth0,framecnt=8192"   # or device = "0000:01:00.0"
+# Or no DPDK device: kernel UDP sockets bound to net.address (then the kernel's own
+# address), no hugepages, no root; native protocol only:
+# backend = "udp"             # and, optional: [udp] max_sockets = 1024, rcvbuf, sndbuf
 mtu = 1500
 mbufs = 16383
 

@@ -7,7 +7,7 @@ use crate::app::{self, WorkloadResult};
 use crate::engine::{self, Engine, EngineParams};
 use crate::fault::{FaultConfig, FaultStep};
 use crate::net;
-use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
+use ferroce_dpdk_sys::{Eal, Port};
 use ferroce_workload::{OpKind, WorkloadSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -27,6 +27,7 @@ pub struct Config {
     pub counters: CountersSection,
     pub capture: CaptureSection,
     pub workload: WorkloadSection,
+    pub udp: crate::backend::UdpSection,
 }
 
 /// EAL arguments, passed to `rte_eal_init` unchanged. Empty: [`default_eal_args`].
@@ -39,6 +40,9 @@ pub struct EalSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PortSection {
+    /// What carries the frames: "dpdk" (a DPDK port: the fields below) or "udp" (kernel UDP
+    /// sockets bound to net.address: no device, no hugepages, no root; settings in [udp]).
+    pub backend: String,
     /// A vdev to create: "<driver><n>[,<args>]", e.g.
     /// "net_af_packet0,iface=veth0,framecnt=8192" or "net_tap0,iface=ft0".
     pub vdev: Option<String>,
@@ -58,6 +62,7 @@ pub struct PortSection {
 impl Default for PortSection {
     fn default() -> Self {
         PortSection {
+            backend: "dpdk".into(),
             vdev: None,
             device: None,
             mtu: 1500,
@@ -498,6 +503,7 @@ impl Config {
         self.address()?;
         self.neighbors()?;
         let p = &self.port;
+        crate::backend::validate(self)?;
         if !(576..=9600).contains(&p.mtu) {
             return Err(field(
                 "port.mtu",
@@ -677,6 +683,9 @@ pub fn preflight(cfg: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    if cfg.port.backend == "udp" {
+        return Ok(());
+    }
     if let Some(v) = &cfg.port.vdev {
         let (name, rest) = v.split_once(',').unwrap_or((v.as_str(), ""));
         let drv = vdev_driver(name);
@@ -755,63 +764,12 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
     cfg.validate().map_err(|e| e.to_string())?;
     preflight(cfg).map_err(|e| e.to_string())?;
     let eal = Eal::init(cfg.eal_argv()).map_err(|e| eal_hint(cfg, &e.to_string()))?;
-    let port_id = match (&cfg.port.vdev, &cfg.port.device) {
-        (Some(v), _) => {
-            let (name, args) = v.split_once(',').unwrap_or((v.as_str(), ""));
-            eal.vdev(name, args)
-                .map_err(|e| format!("config field `port.vdev` ({v}): {e}"))?
-        }
-        (None, Some(d)) => Port::id_by_name(d).map_err(|e| {
-            format!(
-                "config field `port.device`: {e} (probed: {:?})",
-                probed(&eal)
-            )
-        })?,
-        (None, None) => {
-            let ports = eal.ports();
-            match ports.as_slice() {
-                [p] => *p,
-                [] => {
-                    return Err("config field `port.vdev`: no port: set port.vdev (e.g. \
-                                \"net_af_packet0,iface=veth0,framecnt=8192\") or probe one \
-                                with eal.args"
-                        .into())
-                }
-                _ => {
-                    return Err(format!(
-                        "config field `port.device`: EAL probed several ports ({:?}); name one",
-                        probed(&eal)
-                    ))
-                }
-            }
-        }
-    };
-    let data_room = (cfg.port.mtu as u32 + 14 + 64).max(2048) + Mempool::headroom();
-    let pool = Mempool::new(
-        &eal,
-        &format!("ferroce_{port_id}"),
-        cfg.port.mbufs,
-        cfg.port.mbuf_cache,
-        data_room.min(u16::MAX as u32) as u16,
-    )
-    .map_err(|e| format!("{e} (more memory: -m in eal.args, or fewer port.mbufs)"))?;
-    let port = Port::start(
-        &eal,
-        port_id,
-        &pool,
-        &PortConfig {
-            rx_desc: cfg.port.rx_desc,
-            tx_desc: cfg.port.tx_desc,
-            mtu: cfg.port.set_mtu.then_some(cfg.port.mtu),
-            promiscuous: cfg.port.promiscuous,
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let params = cfg.engine_params().map_err(|e| e.to_string())?;
     let transport = engine::native_transport(cfg.port.mtu, cfg.endpoint_config())
         .map_err(|e| format!("no OS randomness for the transport: {e}"))?;
-    let (engine, h) = Engine::new(port, transport, params, eal.tsc_hz())
-        .map_err(|e| format!("config field `capture.pcap`: {e}"))?;
+    let (device, pool) = crate::backend::open(cfg, &eal, "ferroce", transport.udp_port())?;
+    let params = cfg.engine_params().map_err(|e| e.to_string())?;
+    let (engine, h) = Engine::on_device(device, pool, transport, params, eal.tsc_hz())
+        .map_err(|e| format!("engine: {e}"))?;
     eprintln!(
         "ferroce dataplane: {} on {} ({}), {} {}",
         cfg.net.address,
@@ -825,6 +783,12 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
         }
     );
     install_signal_handlers();
+    let timeout = Duration::from_secs_f64(cfg.workload.timeout_s);
+    let spec = cfg.workload_spec().ok();
+    // A server listens before its engine runs: its first turn takes the listen command
+    // before any packet, so an early client's OPEN never finds a listener without streams.
+    let server = (cfg.workload.role == "server")
+        .then(|| app::ServerApp::new(h.clone(), spec.as_ref().expect("validated")));
     let lcore = cfg
         .engine
         .lcore
@@ -841,14 +805,8 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
             Box::new(move || t.join().unwrap_or(Value::Null))
         }
     };
-    let timeout = Duration::from_secs_f64(cfg.workload.timeout_s);
-    let spec = cfg.workload_spec().ok();
     let result: Option<WorkloadResult> = match cfg.workload.role.as_str() {
-        "server" => Some(app::run_server(
-            &h,
-            spec.as_ref().expect("validated"),
-            timeout,
-        )),
+        "server" => server.map(|s| app::serve(s, &h, timeout)),
         "client" => {
             let peer: Ipv4Addr = cfg
                 .workload
@@ -892,7 +850,7 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
     Ok(report)
 }
 
-fn probed(eal: &Eal) -> Vec<String> {
+pub(crate) fn probed(eal: &Eal) -> Vec<String> {
     eal.ports().into_iter().filter_map(Port::name_of).collect()
 }
 
@@ -948,6 +906,31 @@ mod tests {
         .unwrap();
         assert_eq!(c.port.mtu, 1400);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_backend_is_checked() {
+        let c = Config::from_toml(
+            "[net]\naddress = \"198.18.1.11\"\n[port]\nbackend = \"udp\"\n",
+            "t",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.udp.max_sockets, 1024);
+        let bad = |t: &str| {
+            Config::from_toml(t, "t")
+                .and_then(|c| c.validate().map(|_| c))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad("[net]\naddress = \"198.18.1.11\"\n[port]\nbackend = \"xdp\"\n");
+        assert!(e.contains("port.backend") && e.contains("\"udp\""), "{e}");
+        let e = bad(&format!("{}backend = \"udp\"\n", base()));
+        assert!(e.contains("port.backend") && e.contains("port.vdev"), "{e}");
+        let e = bad(
+            "[net]\naddress = \"198.18.1.11\"\n[port]\nbackend = \"udp\"\n[udp]\nmax_sockets = 70000\n",
+        );
+        assert!(e.contains("udp.max_sockets"), "{e}");
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct IoCaps {
     pub mac: [u8; 6],
     /// Most frames one `rx_burst` returns (the engine asks for at most this many).
     pub max_burst: u16,
+    /// Frames go onto a link that needs MAC addresses (ARP); false for the kernel UDP
+    /// backend ([`crate::udp`]), where the kernel routes and resolves neighbours itself.
+    pub link_layer: bool,
 }
 
 /// A started DPDK port, queue 0 each way.
@@ -142,6 +145,7 @@ impl PacketIo for DpdkIo {
             name: self.port.name().to_string(),
             mac: self.port.mac(),
             max_burst: u16::MAX,
+            link_layer: true,
         }
     }
 

@@ -5,6 +5,8 @@
 //! - [`io`]: the packet I/O seam ([`io::PacketIo`]: rx burst, tx burst, capabilities), a DPDK
 //!   port as its implementation; [`fault`] (the seeded fault injector) and [`pcap`]
 //!   (capture) wrap any of them.
+//! - [`udp`]: the kernel UDP backend, a [`io::PacketIo`] over UDP sockets (no DPDK device,
+//!   hugepages or root).
 //! - [`net`]: frame parsing and header writing; [`counters`]: counters and their JSON form.
 //! - [`config`]: the TOML configuration (with flag and environment overrides) and
 //!   [`config::run_engine`], what `ferroce dataplane` runs.
@@ -16,6 +18,7 @@
 //! - [`netns`]: network namespaces, veth pairs and hugepages for tests, with drop guards.
 
 pub mod app;
+pub mod backend;
 pub mod bench;
 pub mod cli;
 pub mod compliance_target;
@@ -30,6 +33,7 @@ pub mod net;
 pub mod netns;
 pub mod pcap;
 pub mod summary;
+pub mod udp;
 pub mod wake;
 
 pub use cli::{main_bench, main_dataplane};

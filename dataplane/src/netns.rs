@@ -210,6 +210,13 @@ impl VethLoop {
     }
 }
 
+impl VethLoop {
+    /// Add address `cidr` (e.g. "198.18.201.1/32") to interface `dev` of the namespace.
+    pub fn add_addr(&self, cidr: &str, dev: &str) -> io::Result<()> {
+        ip(&["-n", &self.ns, "addr", "add", cidr, "dev", dev])
+    }
+}
+
 impl Drop for VethLoop {
     fn drop(&mut self) {
         let _ = ip(&["netns", "del", &self.ns]);

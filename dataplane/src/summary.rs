@@ -265,6 +265,17 @@ pub fn render(cfg: &Config, report: &Value) -> String {
     for k in ["imissed", "ierrors", "oerrors", "rx_nombuf"] {
         frames.push((format!("driver {k}"), u(&d[k])));
     }
+    // The kernel UDP backend's (docs/design.md, "The kernel UDP backend").
+    let udp = &c["udp"];
+    for k in [
+        "rx_kernel_dropped",
+        "rx_truncated",
+        "rx_no_mbuf",
+        "tx_errors",
+        "tx_not_udp",
+    ] {
+        frames.push((format!("udp {k}"), u(&udp[k])));
+    }
     line(&mut out, "drops", format!("frames: {}", nonzero(&frames)));
     let ep = &c["endpoint"];
     let transport: Vec<(String, u64)> = [
@@ -337,6 +348,7 @@ mod tests {
                 "port": {"ip": "198.18.1.11", "name": "net_af_packet0", "mac": "02:00:00:00:00:01"},
                 "engine": {"rx_drops": {"udp_port": 3, "other_mac": 0}, "tx_no_mbuf": 0},
                 "driver": {"imissed": 2},
+                "udp": {"rx_kernel_dropped": 4, "tx_errors": 0},
                 "endpoint": {"drop_bad_crc": 5, "drop_unknown_conn": 0},
                 "fault_tx": {"dropped_random": 12, "corrupted": 0},
                 "fault_rx": {},
@@ -364,7 +376,7 @@ mod tests {
             "2,000 sent (3.00 MB payload), 1,000 received; 2 connection(s)",
             "12 resent (0.60 %), SACK holes 8, RTOs 1",
             "NACKs sent 1 / received 0",
-            "frames: udp_port 3, driver imissed 2",
+            "frames: udp_port 3, driver imissed 2, udp rx_kernel_dropped 4",
             "transport: bad_crc 5, out_of_window 4",
             "injected faults: tx dropped_random 12",
         ] {

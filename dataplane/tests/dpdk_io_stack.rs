@@ -41,6 +41,7 @@ impl PacketIo for Scripted {
             name: "scripted".into(),
             mac: [2, 0, 0, 0, 0, 1],
             max_burst: 32,
+            link_layer: true,
         }
     }
     fn link_up(&self) -> bool {

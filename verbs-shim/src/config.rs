@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `FERROCE_CONFIG` | a dataplane TOML file (`ferroce dataplane --config` format); optional |
 //! | `FERROCE_IP` | the engine's own IPv4 address (`net.address`), e.g. `198.18.0.11`; required unless the file sets it |
-//! | `FERROCE_PMD` | the DPDK port as a vdev (`port.vdev`), e.g. `net_af_packet0,iface=veth0,framecnt=8192` |
+//! | `FERROCE_PMD` | the DPDK port as a vdev (`port.vdev`), e.g. `net_af_packet0,iface=veth0,framecnt=8192`; or `udp`: the kernel UDP backend (`port.backend = "udp"`: sockets bound to `FERROCE_IP`, which must then be the kernel's own address; no DPDK device, hugepages or root; native device only) |
 //! | `FERROCE_EAL` | EAL arguments, whitespace-separated (default: no hugepages, no PCI, per-process prefix) |
 //! | `FERROCE_LOSS` | injected loss probability on transmit (`fault.tx.loss`), e.g. `0.01` |
 //! | `FERROCE_ROCE_TIMEOUT` | RoCEv2 device: local ACK timeout exponent (4.096 µs × 2^t), default 14 |
@@ -66,7 +66,11 @@ pub fn load(vars: &[(String, String)]) -> Result<Config, String> {
         sets.push(format!("net.address=\"{ip}\""));
     }
     if let Some(pmd) = get(ENV_PMD) {
-        sets.push(format!("port.vdev=\"{}\"", pmd.replace('"', "")));
+        if pmd == "udp" {
+            sets.push("port.backend=\"udp\"".into());
+        } else {
+            sets.push(format!("port.vdev=\"{}\"", pmd.replace('"', "")));
+        }
     }
     if let Some(eal) = get(ENV_EAL) {
         let args: Vec<String> = eal
@@ -113,11 +117,15 @@ pub fn load(vars: &[(String, String)]) -> Result<Config, String> {
         }
         s
     })?;
-    if cfg.port.vdev.is_none() && cfg.port.device.is_none() && !has_file {
+    if cfg.port.vdev.is_none()
+        && cfg.port.device.is_none()
+        && cfg.port.backend != "udp"
+        && !has_file
+    {
         return Err(format!(
             "ferroce verbs: no DPDK port: set {ENV_PMD} (e.g. \
-             {ENV_PMD}=net_af_packet0,iface=veth0,framecnt=8192) or {ENV_CONFIG} to a \
-             dataplane configuration file"
+             {ENV_PMD}=net_af_packet0,iface=veth0,framecnt=8192, or {ENV_PMD}=udp for kernel \
+             UDP sockets) or {ENV_CONFIG} to a dataplane configuration file"
         ));
     }
     Ok(cfg)
@@ -190,6 +198,12 @@ mod tests {
         );
         assert_eq!(c.eal.args, vec!["--no-huge", "--no-pci"]);
         assert_eq!(c.fault.tx.loss, 0.01);
+        assert_eq!(c.port.backend, "dpdk");
+        let u = load(&v(&[(ENV_IP, "198.18.0.1"), (ENV_PMD, "udp")])).unwrap();
+        assert_eq!(
+            (u.port.backend.as_str(), u.port.vdev.as_deref()),
+            ("udp", None)
+        );
         let e = load(&v(&[(ENV_PMD, "net_ring0")])).unwrap_err();
         assert!(e.contains(ENV_IP), "{e}");
         let e = load(&v(&[(ENV_IP, "198.18.0.11")])).unwrap_err();

@@ -10,7 +10,7 @@
 use crate::mr::{MrTable, SharedMrs, ShimMemory};
 use crate::sys;
 use ferroce_dataplane::engine::{self, Command, Engine, EngineHandle, Output, TransportFn};
-use ferroce_dpdk_sys::{Mempool, Port, PortConfig};
+use ferroce_dpdk_sys::Mempool;
 use ferroce_transport::roce::{QpParams, RoceConfig, RoceEndpoint};
 use ferroce_transport::{
     Completion, CompletionOp, ConnId, Event, PostError, RecvWr, SendWr, Status, Transport,
@@ -422,33 +422,6 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     ferroce_dataplane::config::preflight(&cfg).map_err(|e| format!("ferroce verbs: {e}"))?;
     let ip = cfg.address().map_err(|e| e.to_string())?;
     let eal = crate::engines::eal(&cfg)?;
-    let other = match mode {
-        Mode::Native => Mode::Roce,
-        Mode::Roce => Mode::Native,
-    };
-    let port_id = crate::engines::port(eal, &cfg, mode, running(other).is_some())?;
-    let data_room = (cfg.port.mtu as u32 + 14 + 64).max(2048) + Mempool::headroom();
-    let pool = Mempool::new(
-        eal,
-        &format!("ferroce_verbs_{port_id}"),
-        cfg.port.mbufs,
-        cfg.port.mbuf_cache,
-        data_room.min(u16::MAX as u32) as u16,
-    )
-    .map_err(|e| format!("ferroce verbs: mempool: {e}"))?;
-    let port = Port::start(
-        eal,
-        port_id,
-        &pool,
-        &PortConfig {
-            rx_desc: cfg.port.rx_desc,
-            tx_desc: cfg.port.tx_desc,
-            mtu: cfg.port.set_mtu.then_some(cfg.port.mtu),
-            promiscuous: cfg.port.promiscuous,
-        },
-    )
-    .map_err(|e| format!("ferroce verbs: port start: {e}"))?;
-    let params = cfg.engine_params().map_err(|e| e.to_string())?;
     let (transport, mtu): (Box<dyn Transport + Send>, u32) = match mode {
         Mode::Native => {
             let ec = cfg.endpoint_config();
@@ -480,7 +453,32 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             )
         }
     };
-    let (mut eng, h) = Engine::new(port, transport, params, eal.tsc_hz())
+    let (device, pool): (Box<dyn ferroce_dataplane::io::PacketIo>, Mempool) = if cfg.port.backend
+        == "udp"
+    {
+        // Kernel UDP sockets on FERROCE_IP (dataplane/src/udp); the engine refuses
+        // RoCEv2 over them with an error that says why.
+        ferroce_dataplane::backend::open_udp(
+            &cfg,
+            eal,
+            &format!("ferroce_verbs_udp_{mode:?}"),
+            transport.udp_port(),
+        )
+        .map_err(|e| format!("ferroce verbs: {e}"))?
+    } else {
+        let other = match mode {
+            Mode::Native => Mode::Roce,
+            Mode::Roce => Mode::Native,
+        };
+        let port_id = crate::engines::port(eal, &cfg, mode, running(other).is_some())?;
+        let pool = ferroce_dataplane::backend::pool(&cfg, eal, &format!("ferroce_verbs_{port_id}"))
+            .map_err(|e| format!("ferroce verbs: mempool: {e}"))?;
+        let port = ferroce_dataplane::backend::start_port(&cfg, eal, port_id, &pool)
+            .map_err(|e| format!("ferroce verbs: port start: {e}"))?;
+        (Box::new(ferroce_dataplane::io::DpdkIo::new(port)), pool)
+    };
+    let params = cfg.engine_params().map_err(|e| e.to_string())?;
+    let (mut eng, h) = Engine::on_device(device, pool, transport, params, eal.tsc_hz())
         .map_err(|e| format!("ferroce verbs: engine: {e}"))?;
     eng.set_memory(Box::new(ShimMemory(global().mrs.clone())));
     eng.set_output_sink(Box::new(move |o, t| on_output(mode, o, t)));

@@ -102,6 +102,13 @@ const PROGS: &[Prog] = &[
     },
 ];
 
+/// What carries an engine's packets: a DPDK af_packet port, or kernel UDP sockets.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Backend {
+    AfPacket,
+    Udp,
+}
+
 struct RunResult {
     ok: bool,
     figure: String,
@@ -111,6 +118,7 @@ struct RunResult {
 /// One side of a two-namespace run: `bin args... [server_ip]` in namespace `k` with the shim
 /// on LD_LIBRARY_PATH and engine k's environment (address 198.18.0.11 + k, af_packet on the
 /// namespace's veth end, injected loss), bounded by `timeout`.
+#[allow(clippy::too_many_arguments)]
 fn side(
     pair: &VethPair,
     libs: &Path,
@@ -119,19 +127,36 @@ fn side(
     args: &[&str],
     loss: f64,
     limit: Duration,
+    backend: Backend,
 ) -> Command {
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", &pair.ns[k], "timeout", "-k", "5"])
+    c.args(["netns", "exec", &pair.ns[k]]);
+    if backend == Backend::Udp {
+        // No root needed by an engine on kernel sockets: the program runs as nobody.
+        c.args([
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ]);
+    }
+    c.args(["timeout", "-k", "5"])
         .arg(format!("{}", limit.as_secs()))
         .arg(bin)
         .args(args);
-    c.env("LD_LIBRARY_PATH", libs)
-        .env("FERROCE_IP", format!("198.18.0.{}", 11 + k))
-        .env(
+    c.env("LD_LIBRARY_PATH", libs);
+    match backend {
+        Backend::AfPacket => c.env("FERROCE_IP", format!("198.18.0.{}", 11 + k)).env(
             "FERROCE_PMD",
             format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[k]),
-        )
-        .env("FERROCE_LOSS", format!("{loss}"))
+        ),
+        // The kernel's own address: the engine's sockets bind to it.
+        Backend::Udp => c
+            .env("FERROCE_IP", format!("198.18.0.{}", 1 + k))
+            .env("FERROCE_PMD", "udp"),
+    };
+    c.env("FERROCE_LOSS", format!("{loss}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
@@ -146,14 +171,15 @@ fn run_two(
     args: &[&str],
     loss: f64,
     limit: Duration,
+    backend: Backend,
 ) -> ((String, Option<i32>), (String, Option<i32>)) {
-    let server = side(pair, libs, 1, bin, args, loss, limit)
+    let server = side(pair, libs, 1, bin, args, loss, limit, backend)
         .spawn()
         .expect("spawn server");
     std::thread::sleep(Duration::from_millis(700));
     let mut cargs = args.to_vec();
     cargs.push("198.18.0.2");
-    let client = side(pair, libs, 0, bin, &cargs, loss, limit)
+    let client = side(pair, libs, 0, bin, &cargs, loss, limit, backend)
         .spawn()
         .expect("spawn client");
     let co = client.wait_with_output().unwrap();
@@ -178,11 +204,12 @@ fn run_pair(
     dev: &str,
     loss: f64,
     limit: Duration,
+    backend: Backend,
 ) -> RunResult {
     let bin = PathBuf::from("/usr/bin").join(prog.name);
     let mut args = vec!["-d", dev];
     args.extend(prog.args.split_whitespace());
-    let ((ct, cc), (st, sc)) = run_two(pair, libs, &bin, &args, loss, limit);
+    let ((ct, cc), (st, sc)) = run_two(pair, libs, &bin, &args, loss, limit, backend);
     let mut ok = cc == Some(0) && sc == Some(0);
     let mut figure = String::from("-");
     for t in [&ct, &st] {
@@ -281,6 +308,7 @@ fn wrong_rkey_program_gets_remote_access_error() {
                 &["-d", dev],
                 loss,
                 Duration::from_secs(60),
+                Backend::AfPacket,
             );
             let rem_access = ct
                 .lines()
@@ -424,7 +452,15 @@ fn unmodified_programs_in_two_namespaces() {
                     continue;
                 }
                 let t0 = Instant::now();
-                let r = run_pair(&pair, &libs, prog, dev, loss, Duration::from_secs(90));
+                let r = run_pair(
+                    &pair,
+                    &libs,
+                    prog,
+                    dev,
+                    loss,
+                    Duration::from_secs(90),
+                    Backend::AfPacket,
+                );
                 let line = format!(
                     "| {:<16} | {:<7} | {:>4.1} % | {:<4} | {} ({:.1} s)",
                     prog.name,
@@ -494,9 +530,18 @@ fn qperf_uc_and_ud_in_two_namespaces() {
     let mut failures = Vec::new();
     for (mode, dev) in modes() {
         let id = format!("{dev}:1");
-        let mut server = side(&pair, &libs, 1, qperf, &[], 0.0, Duration::from_secs(120))
-            .spawn()
-            .expect("spawn qperf server");
+        let mut server = side(
+            &pair,
+            &libs,
+            1,
+            qperf,
+            &[],
+            0.0,
+            Duration::from_secs(120),
+            Backend::AfPacket,
+        )
+        .spawn()
+        .expect("spawn qperf server");
         std::thread::sleep(Duration::from_millis(500));
         for &t in &tests {
             // The server's process for the previous test must be gone: two engines with one
@@ -511,9 +556,18 @@ fn qperf_uc_and_ud_in_two_namespaces() {
             }
             args.push(t);
             let t0 = Instant::now();
-            let co = side(&pair, &libs, 0, qperf, &args, 0.0, Duration::from_secs(30))
-                .output()
-                .expect("run qperf client");
+            let co = side(
+                &pair,
+                &libs,
+                0,
+                qperf,
+                &args,
+                0.0,
+                Duration::from_secs(30),
+                Backend::AfPacket,
+            )
+            .output()
+            .expect("run qperf client");
             let ct = text(&co);
             // The test's section reports a non-zero figure.
             let key = if t.ends_with("bw") {
@@ -569,5 +623,86 @@ fn qperf_uc_and_ud_in_two_namespaces() {
     drop(pair);
     std::fs::remove_dir_all(&libs).ok();
     eprintln!("{}", table.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The kernel UDP backend (`FERROCE_PMD=udp`): `ibv_rc_pingpong` and perftest, unmodified and
+/// run as `nobody`, with each engine on kernel UDP sockets bound to its namespace's kernel
+/// address (no DPDK device, no hugepages, no root), native device, without and with 1 %
+/// loss; and the RoCEv2 device, refused over it with an error that says why.
+#[test]
+fn udp_backend_programs_in_two_namespaces() {
+    if let Err(why) = prerequisites() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let libs = abi::lib_dir("udp");
+    // The unprivileged programs load the shim from here.
+    let _ = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(&libs)
+        .status();
+    let pair = VethPair::create("w", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
+    let mut table = Vec::new();
+    let mut failures = Vec::new();
+    let progs = [
+        "ibv_rc_pingpong",
+        "ib_write_bw",
+        "ib_send_bw",
+        "ib_read_lat",
+    ];
+    for prog in PROGS.iter().filter(|p| progs.contains(&p.name)) {
+        for loss in [0.0, 0.01] {
+            let t0 = Instant::now();
+            let r = run_pair(
+                &pair,
+                &libs,
+                prog,
+                "ferroce0",
+                loss,
+                Duration::from_secs(90),
+                Backend::Udp,
+            );
+            let line = format!(
+                "| {:<16} | udp     | {:>4.1} % | {:<4} | {} ({:.1} s)",
+                prog.name,
+                loss * 100.0,
+                if r.ok { "pass" } else { "FAIL" },
+                r.figure,
+                t0.elapsed().as_secs_f64()
+            );
+            eprintln!("{line}");
+            table.push(line);
+            if !r.ok {
+                failures.push(format!("{} udp loss {loss}:\n{}", prog.name, r.detail));
+            }
+        }
+    }
+    // RoCEv2 over kernel sockets: refused, and the program is told why.
+    let bin = PathBuf::from("/usr/bin/ibv_rc_pingpong");
+    let args = ["-d", "ferroce0_rocev2", "-g", "1", "-n", "10"];
+    let ((ct, cc), (st, sc)) = run_two(
+        &pair,
+        &libs,
+        &bin,
+        &args,
+        0.0,
+        Duration::from_secs(20),
+        Backend::Udp,
+    );
+    let why = "RoCEv2 cannot run over the kernel UDP backend";
+    if cc == Some(0) || sc == Some(0) || !(ct.contains(why) || st.contains(why)) {
+        failures.push(format!(
+            "rocev2 over udp was not refused with {why:?}:\nclient ({cc:?}):\n{ct}\nserver \
+             ({sc:?}):\n{st}"
+        ));
+    }
+    drop(pair);
+    std::fs::remove_dir_all(&libs).ok();
+    eprintln!(
+        "| program | backend | loss | result | figure\n{}",
+        table.join("\n")
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

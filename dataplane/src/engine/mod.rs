@@ -1,8 +1,8 @@
 //! The poll-mode engine: one packet I/O (a DPDK port, with faults and capture stacked on it
 //! when asked: [`crate::io`]), one transport, one run loop.
 //!
-//! Each [`Engine::poll`]: rx burst → Ethernet/ARP/IPv4/UDP → `Transport::handle_datagram` →
-//! application commands → timers → `poll_transmit` straight into mbufs → tx burst →
+//! Each [`Engine::poll`]: application commands → rx burst → Ethernet/ARP/IPv4/UDP →
+//! `Transport::handle_datagram` → timers → `poll_transmit` straight into mbufs → tx burst →
 //! completions and events to the application.
 //!
 //! Copies: received payloads are handed to the transport in place (the mbuf's bytes), and the
@@ -51,6 +51,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// RoCEv2's UDP port (IANA).
+const ROCEV2_UDP_PORT: u16 = 4791;
 
 /// Registered memory shared by the application and the engine.
 pub type SharedMem = Arc<Mutex<Regions>>;
@@ -183,6 +186,9 @@ pub struct Engine {
     next_publish: u64,
     next_link_check: u64,
     udp_port: u16,
+    /// The I/O has a link layer (ARP, MACs); without one (the UDP backend) every
+    /// destination counts as resolved.
+    link_layer: bool,
     payload_room: usize,
     /// The transport's next deadline, refreshed only after the transport was called (asking
     /// it every poll costs a scan of its connections).
@@ -240,8 +246,25 @@ impl Engine {
         tsc_hz: u64,
     ) -> std::io::Result<(Engine, EngineHandle)> {
         let pool = port.pool().clone();
+        Engine::on_device(Box::new(DpdkIo::new(port)), pool, transport, p, tsc_hz)
+    }
+
+    /// An engine on a device (a DPDK port, the kernel UDP backend), with the fault injectors
+    /// and the capture `p` asks for stacked on it; `pool` gives the mbufs it builds frames in.
+    pub fn on_device(
+        device: Box<dyn PacketIo>,
+        pool: Mempool,
+        transport: Box<dyn Transport + Send>,
+        p: EngineParams,
+        tsc_hz: u64,
+    ) -> std::io::Result<(Engine, EngineHandle)> {
         let pcap = match &p.pcap {
-            Some(path) => Some(PcapWriter::create(path, p.snaplen)?),
+            Some(path) => Some(PcapWriter::create(path, p.snaplen).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("config field `capture.pcap` ({}): {e}", path.display()),
+                )
+            })?),
             None => None,
         };
         let faults = (
@@ -250,7 +273,7 @@ impl Engine {
             FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278)
                 .with_schedule(p.fault_schedule.iter().map(|s| (s.at_s, s.rx.clone()))),
         );
-        let io = io_stack(port, pcap, Some(faults));
+        let io = stack(device, pool.clone(), pcap, Some(faults));
         Engine::with_io(io, pool, transport, p, tsc_hz)
     }
 
@@ -283,6 +306,20 @@ impl Engine {
             .map(|mut m| m.room_mut().len().saturating_sub(net::HDRS_LEN))
             .unwrap_or(0);
         let udp_port = transport.udp_port();
+        if !caps.link_layer && udp_port == ROCEV2_UDP_PORT {
+            // docs/design.md, "The kernel UDP backend": the ICRC covers IPv4 fields a
+            // kernel socket neither lets us set nor shows us.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!(
+                    "RoCEv2 cannot run over the kernel UDP backend ({}): its ICRC covers the \
+                     IPv4 identification and flags, which a UDP socket neither sets as asked \
+                     nor reports on receive; use the native protocol, or a DPDK port \
+                     (port.backend = \"dpdk\")",
+                    caps.name
+                ),
+            ));
+        }
         let e = Engine {
             mac,
             neighbors: p.neighbors.iter().copied().collect(),
@@ -305,6 +342,7 @@ impl Engine {
             next_publish: 0,
             next_link_check: 0,
             udp_port,
+            link_layer: caps.link_layer,
             payload_room,
             next_timer: None,
             timer_dirty: true,
@@ -436,6 +474,20 @@ impl Engine {
             };
         }
 
+        // Application commands, before the packets: what the application asked for came
+        // first (a listen command must be in place before the OPEN it is for is read, or
+        // the connection is accepted without the streams it should get).
+        for _ in 0..256 {
+            match self.cmd_rx.try_recv() {
+                Ok(c) => {
+                    work = true;
+                    self.counters.commands += 1;
+                    self.command(c);
+                }
+                Err(_) => break,
+            }
+        }
+
         // Receive.
         let n = self.io.rx_burst(now, &mut self.rx, self.p.burst);
         if n > 0 {
@@ -448,18 +500,6 @@ impl Engine {
             }
             self.rx = rx;
             locked.release();
-        }
-
-        // Application commands.
-        for _ in 0..256 {
-            match self.cmd_rx.try_recv() {
-                Ok(c) => {
-                    work = true;
-                    self.counters.commands += 1;
-                    self.command(c);
-                }
-                Err(_) => break,
-            }
         }
 
         // Timers.
@@ -694,7 +734,11 @@ impl Engine {
                 continue;
             }
             self.ip_id = self.ip_id.wrapping_add(1);
-            let dst_mac = self.neighbors.get(&t.dst).copied();
+            let dst_mac = if self.link_layer {
+                self.neighbors.get(&t.dst).copied()
+            } else {
+                Some([0; 6])
+            };
             let h = UdpHeader {
                 src_mac: self.mac,
                 dst_mac: dst_mac.unwrap_or([0; 6]),
@@ -702,7 +746,11 @@ impl Engine {
                 dst_ip: t.dst,
                 // RoCEv2's ICRC covers the identification: send the canonical 0
                 // (transport/src/roce/mod.rs, "The IPv4/UDP header rule").
-                ip_id: if self.udp_port == 4791 { 0 } else { self.ip_id },
+                ip_id: if self.udp_port == ROCEV2_UDP_PORT {
+                    0
+                } else {
+                    self.ip_id
+                },
                 ttl: self.p.ttl,
                 ecn: if self.p.ecn { net::ecn::ECT0 } else { 0 },
                 src_port: t.src_port,
@@ -833,7 +881,17 @@ pub fn io_stack(
     faults: Option<(crate::fault::FaultInjector, crate::fault::FaultInjector)>,
 ) -> Box<dyn PacketIo> {
     let pool = port.pool().clone();
-    let mut io: Box<dyn PacketIo> = Box::new(DpdkIo::new(port));
+    stack(Box::new(DpdkIo::new(port)), pool, pcap, faults)
+}
+
+/// The I/O stack over any device (see [`io_stack`]); `pool` gives the fault layer's copies.
+pub fn stack(
+    device: Box<dyn PacketIo>,
+    pool: Mempool,
+    pcap: Option<crate::pcap::PcapWriter>,
+    faults: Option<(crate::fault::FaultInjector, crate::fault::FaultInjector)>,
+) -> Box<dyn PacketIo> {
+    let mut io = device;
     if let Some(w) = pcap {
         io = Box::new(crate::pcap::PcapIo::new(io, w));
     }

@@ -1,8 +1,14 @@
-//! Engines joined back to back by net_ring, and the helpers the benchmark and tests share.
+//! Engines joined back to back by net_ring, and the helpers the benchmark and tests share;
+//! the command itself is [`cli`], its kernel UDP backend runs [`udp`].
+
+mod cli;
+pub mod udp;
+pub use cli::{main, BENCH_USAGE};
 
 use crate::app::drive;
 use crate::cpu::{alloc_counts, thread_cpu_ns};
 use crate::engine::{self, Engine, EngineHandle, EngineParams};
+use crate::io::{DpdkIo, PacketIo};
 use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
 use ferroce_transport::{Endpoint, EndpointConfig};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -68,33 +74,9 @@ pub fn ring_engine_pair(
 use crate::app::{PairDriver, WorkloadResult};
 use crate::fault::FaultConfig;
 use crate::net::{self, UdpHeader};
-use crate::netns::{self, Hugepages, VethLoop};
 use ferroce_workload::{fill_pattern, OpKind, WorkloadSpec};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
-
-pub const BENCH_USAGE: &str = "\
-usage: ferroce bench dataplane [--quick] [--pmd ring|af_packet|all] [--payloads 64,1024,mtu]
-                               [--seconds S] [--loss P] [--csv FILE] [--no-huge]
-
-  For each PMD and payload size: the raw DPDK packet rate of the same PMD with frames the
-  size of the transport's data frames (one lcore sending on one port and receiving on the
-  other), then ferroce's rate moving verified SENDs of that payload between two engines on
-  the same PMD; prints the ratio transport/raw and the Gbit/s of verified goodput.
-  Both runs use ONE worker lcore: the raw loop sends and receives on it; the transport run
-  polls both engines and both applications (client and server) on it. Per row it also
-  prints the thread CPU time of that lcore per data packet (raw: per frame received;
-  ferroce: per data packet the server's transport received, over the window from 10 % to
-  90 % of the work requests), ACKs per data packet and allocations per data packet (when
-  the program counts them: `ferroce bench dataplane` does, `ferroce-dp bench` does not).
-  ring: net_ring ports joined back to back in this process. af_packet: net_af_packet on the
-  two ends of a veth pair in a network namespace the benchmark creates (needs root).
-  --quick: short runs (0.25 s), net_ring only unless --pmd says otherwise.
-  --loss P adds transport runs with P (e.g. 0.01) injected loss on both directions.
-  Hugepages: 512 (1 GiB) are reserved for the run and released after (root), unless --no-huge.
-  CSV columns: pmd,payload,raw_mpps,ferroce_mpps,ratio,goodput_gbps,loss,frame_bytes,retx_pkts,
-  raw_cpu_ns_per_pkt,ferroce_cpu_ns_per_pkt,cpu_ratio,acks_per_pkt,allocs_per_pkt,
-  alloc_bytes_per_pkt,verify_ns_per_msg,window_data_pkts";
 
 /// Bytes a native WRITE/SEND data packet adds to its payload (base 8 + headers + CRC 4);
 /// SEND carries 4 fewer header bytes than WRITE, we size raw frames like WRITE.
@@ -190,6 +172,30 @@ pub fn raw_run(a: &mut Port, b: &mut Port, frame: usize, secs: f64) -> RawRun {
         src_port: 49152,
         dst_port: 4792,
     };
+    raw_loop(
+        &pool,
+        &hdr,
+        frame,
+        secs,
+        &mut |q| {
+            a.tx_burst(q);
+        },
+        &mut |q| {
+            b.rx_burst(q, 64);
+        },
+    )
+}
+
+/// The raw loop over any device: `tx` sends (what it does not take stays queued), `rx`
+/// appends what arrived; frames are built from `pool` with header `hdr`.
+pub fn raw_loop(
+    pool: &Mempool,
+    hdr: &UdpHeader,
+    frame: usize,
+    secs: f64,
+    tx: &mut dyn FnMut(&mut Vec<Mbuf>),
+    rx: &mut dyn FnMut(&mut Vec<Mbuf>),
+) -> RawRun {
     let payload = frame.saturating_sub(net::HDRS_LEN);
     let src: Vec<u8> = (0..payload).map(|i| i as u8).collect();
     let mut sink = vec![0u8; payload.max(1)];
@@ -218,12 +224,12 @@ pub fn raw_run(a: &mut Port, b: &mut Port, frame: usize, secs: f64) -> RawRun {
             let Some(mut m) = pool.alloc() else { break };
             let room = m.room_mut();
             room[net::HDRS_LEN..net::HDRS_LEN + payload].copy_from_slice(&src);
-            let n = net::write_udp(room, &hdr, payload);
+            let n = net::write_udp(room, hdr, payload);
             m.set_len(n);
             txq.push(m);
         }
-        a.tx_burst(&mut txq);
-        b.rx_burst(&mut rxq, 64);
+        tx(&mut txq);
+        rx(&mut rxq);
         got += rxq.len() as u64;
         for m in rxq.drain(..) {
             let d = m.data();
@@ -239,7 +245,7 @@ pub fn raw_run(a: &mut Port, b: &mut Port, frame: usize, secs: f64) -> RawRun {
     // Let what is in flight drain so the ports can be reused.
     let t1 = Instant::now();
     while t1.elapsed() < Duration::from_millis(50) {
-        b.rx_burst(&mut rxq, 64);
+        rx(&mut rxq);
         rxq.clear();
     }
     drop(txq);
@@ -406,29 +412,6 @@ fn bench_endpoint(line_rate_mbps: u32) -> EndpointConfig {
     c
 }
 
-/// Two engines on `a`/`b`, the workload's SENDs of `payload` bytes for about `secs`.
-fn transport_rate(
-    eal: &Eal,
-    a: Port,
-    b: Port,
-    payload: u32,
-    loss: f64,
-    secs: f64,
-    line_rate_mbps: u32,
-) -> Result<(WorkloadResult, u64, TransportWindow), String> {
-    transport_run_spec(
-        eal,
-        a,
-        b,
-        payload,
-        loss,
-        secs,
-        line_rate_mbps,
-        bench_spec,
-        None,
-    )
-}
-
 /// As the benchmark's own run, with the workload `spec(payload, messages per stream)` (hook
 /// for `ferroce bench verbs` in verbs-shim, which compares the verbs shim with the engine's
 /// own goodput and round trip on the same PMD): two engines on `a`/`b` on one worker lcore,
@@ -476,9 +459,42 @@ pub fn transport_run_spec(
     spec: fn(u32, u32) -> WorkloadSpec,
     messages: Option<u32>,
 ) -> Result<(WorkloadResult, u64, TransportWindow), String> {
+    let dev = |p: Port| -> Device {
+        let pool = p.pool().clone();
+        (Box::new(DpdkIo::new(p)), pool)
+    };
+    transport_run_devices(
+        eal,
+        [dev(a), dev(b)],
+        [Ipv4Addr::new(198, 18, 1, 11), Ipv4Addr::new(198, 18, 1, 12)],
+        payload,
+        loss,
+        secs,
+        line_rate_mbps,
+        spec,
+        messages,
+    )
+}
+
+/// A device for an engine and the pool its frames come from.
+pub type Device = (Box<dyn PacketIo>, Mempool);
+
+/// [`transport_run_spec`] on any two devices, the engines at addresses `ips`.
+#[allow(clippy::too_many_arguments)]
+pub fn transport_run_devices(
+    eal: &Eal,
+    devs: [Device; 2],
+    ips: [Ipv4Addr; 2],
+    payload: u32,
+    loss: f64,
+    secs: f64,
+    line_rate_mbps: u32,
+    spec: fn(u32, u32) -> WorkloadSpec,
+    messages: Option<u32>,
+) -> Result<(WorkloadResult, u64, TransportWindow), String> {
+    let [a, b] = devs;
     let streams = spec(payload, 1).streams.max(1) as f64;
-    let ipa = Ipv4Addr::new(198, 18, 1, 11);
-    let ipb = Ipv4Addr::new(198, 18, 1, 12);
+    let [ipa, ipb] = ips;
     let fault = FaultConfig {
         loss,
         ..Default::default()
@@ -507,15 +523,17 @@ pub fn transport_run_spec(
     ca.seed ^= 0xa;
     let mut cb = ecfg;
     cb.seed ^= 0xb;
-    let (ea, ha) = Engine::new(
-        a,
+    let (ea, ha) = Engine::on_device(
+        a.0,
+        a.1,
         engine::native_transport(mtu, ca).map_err(|e| e.to_string())?,
         pa,
         eal.tsc_hz(),
     )
     .map_err(|e| e.to_string())?;
-    let (eb, hb) = Engine::new(
-        b,
+    let (eb, hb) = Engine::on_device(
+        b.0,
+        b.1,
         engine::native_transport(mtu, cb).map_err(|e| e.to_string())?,
         pb,
         eal.tsc_hz(),
@@ -593,376 +611,4 @@ pub fn transport_run_spec(
         cr.ok = false;
     }
     Ok((cr, retx, w))
-}
-
-struct Args {
-    pmds: Vec<String>,
-    payloads: Vec<u32>,
-    secs: f64,
-    loss: Option<f64>,
-    csv: Option<String>,
-    huge: bool,
-    quick: bool,
-}
-
-fn parse_args(args: &[String]) -> Result<Args, String> {
-    let mut a = Args {
-        pmds: vec!["ring".into(), "af_packet".into()],
-        payloads: vec![64, 1024, engine::payload_mtu(1500) as u32],
-        secs: 1.0,
-        loss: None,
-        csv: None,
-        huge: true,
-        quick: false,
-    };
-    let (mut pmd_set, mut secs_set) = (false, false);
-    let mut it = args.iter();
-    while let Some(x) = it.next() {
-        let mut val = || it.next().cloned().ok_or(format!("{x} needs a value"));
-        match x.as_str() {
-            "--pmd" => {
-                let v = val()?;
-                pmd_set = true;
-                a.pmds = match v.as_str() {
-                    "all" => vec!["ring".into(), "af_packet".into()],
-                    "ring" | "net_ring" => vec!["ring".into()],
-                    "af_packet" | "net_af_packet" | "veth" => vec!["af_packet".into()],
-                    _ => return Err(format!("--pmd: unknown {v:?} (ring, af_packet, all)")),
-                }
-            }
-            "--payloads" => {
-                a.payloads = val()?
-                    .split(',')
-                    .map(|p| {
-                        if p == "mtu" {
-                            Ok(engine::payload_mtu(1500) as u32)
-                        } else {
-                            p.parse::<u32>()
-                                .map_err(|_| format!("--payloads: bad size {p:?}"))
-                        }
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            "--seconds" => {
-                secs_set = true;
-                a.secs = val()?
-                    .parse()
-                    .map_err(|_| "--seconds: not a number".to_string())?
-            }
-            "--loss" => {
-                a.loss = Some(
-                    val()?
-                        .parse()
-                        .map_err(|_| "--loss: not a number".to_string())?,
-                )
-            }
-            "--csv" => a.csv = Some(val()?),
-            "--no-huge" => a.huge = false,
-            "--quick" => a.quick = true,
-            "-h" | "--help" => return Err(String::new()),
-            _ => return Err(format!("unknown argument {x:?}")),
-        }
-    }
-    if a.quick {
-        if !pmd_set {
-            a.pmds = vec!["ring".into()];
-        }
-        if !secs_set {
-            a.secs = 0.25;
-        }
-    }
-    Ok(a)
-}
-
-/// `ferroce bench dataplane`.
-pub fn main(args: &[String]) -> i32 {
-    let a = match parse_args(args) {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("ferroce bench dataplane: {e}");
-            }
-            eprintln!("{BENCH_USAGE}");
-            return if e.is_empty() { 0 } else { 2 };
-        }
-    };
-    match run(&a) {
-        Ok(rows) => {
-            if rows.iter().all(|r| r.ok) {
-                0
-            } else {
-                1
-            }
-        }
-        Err(e) => {
-            eprintln!("ferroce bench dataplane: {e}");
-            1
-        }
-    }
-}
-
-fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
-    let root = netns::is_root();
-    if !root {
-        return Err("needs root (DPDK, hugepages, network namespaces)".into());
-    }
-    let veth = if a.pmds.iter().any(|p| p == "af_packet") {
-        let v = VethLoop::create("bn").map_err(|e| format!("veth set-up: {e}"))?;
-        netns::enter_netns(&v.ns).map_err(|e| format!("setns {}: {e}", v.ns))?;
-        Some(v)
-    } else {
-        None
-    };
-    let _huge = if a.huge {
-        match Hugepages::reserve(512) {
-            Ok(h) => Some(h),
-            Err(e) => {
-                eprintln!("ferroce bench dataplane: no hugepages ({e}); running with --no-huge");
-                None
-            }
-        }
-    } else {
-        None
-    };
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let set = if cpus > 1 {
-        format!("0-{}", cpus - 1)
-    } else {
-        "0".into()
-    };
-    let mut eal_args = vec![
-        "ferroce-bench".to_string(),
-        "--no-pci".into(),
-        format!("--lcores=0@({set}),1@({set})"),
-        "--log-level=warning".into(),
-        format!("--file-prefix=ferroce-bench-{}", std::process::id()),
-    ];
-    if _huge.is_some() {
-        eal_args.push("--in-memory".into());
-    } else {
-        eal_args.extend([
-            "--no-huge".into(),
-            "--no-shconf".into(),
-            "-m".into(),
-            "1024".into(),
-        ]);
-    }
-    let eal = Eal::init(&eal_args).map_err(|e| e.to_string())?;
-    let mut rows = Vec::new();
-    let mut k = 0u32;
-    eprintln!(
-        "{} on {} cpus, {}",
-        ferroce_dpdk_sys::version(),
-        cpus,
-        if _huge.is_some() {
-            "hugepages"
-        } else {
-            "no hugepages"
-        }
-    );
-    println!(
-        "both runs on one worker lcore: raw = one loop sending and receiving; ferroce = both \
-         engines and both applications (client, server) polled in turn{}",
-        if a.quick { "; --quick" } else { "" }
-    );
-    println!(
-        "{:<10} {:>7} {:>7} {:>10} {:>12} {:>7} {:>13} {:>6} {:>11} {:>11} {:>9} {:>9} {:>10} {:>7} {:>6}",
-        "pmd",
-        "payload",
-        "frame",
-        "raw Mpps",
-        "ferroce Mpps",
-        "ratio",
-        "goodput Gb/s",
-        "loss",
-        "raw ns/pkt",
-        "fer ns/pkt",
-        "cpu ratio",
-        "ACKs/pkt",
-        "allocs/pkt",
-        "B/pkt",
-        "ok"
-    );
-    let mut verify: Vec<(u32, f64)> = Vec::new();
-    for pmd in &a.pmds {
-        for &p in &a.payloads {
-            let frame = net::HDRS_LEN + DATA_OVERHEAD + p as usize;
-            let mk = |k: &mut u32| -> Result<(Port, Port), String> {
-                *k += 1;
-                if pmd == "ring" {
-                    ring_ports(&eal, 1500, 8191)
-                } else {
-                    let v = veth.as_ref().expect("veth made");
-                    let mut ports = Vec::new();
-                    for (i, ifn) in v.ifname.iter().enumerate() {
-                        let id = eal
-                            .vdev(
-                                &format!("net_af_packet{}{i}", *k),
-                                &format!("iface={ifn},framecnt=8192"),
-                            )
-                            .map_err(|e| e.to_string())?;
-                        let pool = Mempool::new(
-                            &eal,
-                            &format!("fbp{}_{i}", *k),
-                            16383,
-                            256,
-                            data_room(1500),
-                        )
-                        .map_err(|e| e.to_string())?;
-                        ports.push(
-                            Port::start(&eal, id, &pool, &PortConfig::default())
-                                .map_err(|e| e.to_string())?,
-                        );
-                    }
-                    let b = ports.pop().expect("2");
-                    let a = ports.pop().expect("2");
-                    Ok((a, b))
-                }
-            };
-            let (mut pa, mut pb) = mk(&mut k)?;
-            let lcore = eal.worker_lcores()[0];
-            let secs = a.secs;
-            let job = eal
-                .launch(lcore, move || {
-                    let r = raw_run(&mut pa, &mut pb, frame, secs);
-                    (r, pa, pb)
-                })
-                .map_err(|e| e.to_string())?;
-            let (raw_run, pa, pb) = job.join();
-            let raw = raw_run.mpps;
-            let vns = match verify.iter().find(|(q, _)| *q == p) {
-                Some(&(_, v)) => v,
-                None => {
-                    let v = verification_ns(p);
-                    verify.push((p, v));
-                    v
-                }
-            };
-            let line_rate: u32 = std::env::var("FERROCE_BENCH_LINE_RATE")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(if pmd == "ring" { 40_000 } else { 4_000 });
-            let mut losses = vec![0.0];
-            if let Some(l) = a.loss {
-                losses.push(l);
-            }
-            let mut ports = Some((pa, pb));
-            for loss in losses {
-                let (pa, pb) = match ports.take() {
-                    Some(pp) => pp,
-                    None => mk(&mut k)?,
-                };
-                let (r, retx, w) = transport_rate(&eal, pa, pb, p, loss, a.secs, line_rate)?;
-                let pkts_per_msg = (p as u64).div_ceil(engine::payload_mtu(1500) as u64).max(1);
-                let mpps = r.msgs_per_s * pkts_per_msg as f64 / 1e6;
-                let wp = w.data_pkts.max(1) as f64;
-                let fer_ns = w.cpu_ns_per_pkt();
-                let raw_ns = raw_run.cpu_ns_per_pkt();
-                let row = BenchRow {
-                    pmd: if pmd == "ring" {
-                        "net_ring".into()
-                    } else {
-                        "net_af_packet".into()
-                    },
-                    payload: p,
-                    raw_mpps: raw,
-                    ferroce_mpps: mpps,
-                    ratio: if raw > 0.0 { mpps / raw } else { 0.0 },
-                    goodput_gbps: r.goodput_gbps,
-                    loss,
-                    frame_bytes: frame,
-                    retx_pkts: retx,
-                    raw_cpu_ns_per_pkt: raw_ns,
-                    ferroce_cpu_ns_per_pkt: fer_ns,
-                    cpu_ratio: if fer_ns > 0.0 { raw_ns / fer_ns } else { 0.0 },
-                    acks_per_pkt: w.acks_per_pkt(),
-                    allocs_per_pkt: w.allocs.map(|(n, _)| n as f64 / wp),
-                    alloc_bytes_per_pkt: w.allocs.map(|(_, b)| b as f64 / wp),
-                    verify_ns_per_msg: vns,
-                    window_data_pkts: w.data_pkts,
-                    ok: r.ok,
-                };
-                let o = |v: Option<f64>, d: usize| match v {
-                    Some(x) => format!("{x:.d$}"),
-                    None => "-".into(),
-                };
-                println!(
-                    "{:<10} {:>7} {:>7} {:>10.3} {:>12.3} {:>7.3} {:>13.3} {:>6} {:>11.0} {:>11.0} {:>9.4} {:>9.3} {:>10} {:>7} {:>6}",
-                    if pmd == "ring" {
-                        "net_ring"
-                    } else {
-                        "af_packet"
-                    },
-                    p,
-                    frame,
-                    raw,
-                    mpps,
-                    row.ratio,
-                    r.goodput_gbps,
-                    loss,
-                    raw_ns,
-                    fer_ns,
-                    row.cpu_ratio,
-                    row.acks_per_pkt,
-                    o(row.allocs_per_pkt, 2),
-                    o(row.alloc_bytes_per_pkt, 0),
-                    if row.ok { "ok" } else { "FAIL" }
-                );
-                if w.data_pkts == 0 {
-                    eprintln!("  the run ended before its measuring window closed");
-                }
-                if !r.ok {
-                    eprintln!("  errors: {:?}", &r.errors[..r.errors.len().min(5)]);
-                }
-                rows.push(row);
-            }
-        }
-    }
-    println!(
-        "benchmark's own verification (client fill + server check of every byte, vector code), \
-         measured apart; it is included in fer ns/pkt:"
-    );
-    for (p, v) in &verify {
-        println!("  {p:>5} B: {v:.0} ns per message");
-    }
-    if alloc_counts().is_none() {
-        println!("allocations not counted: this program has no counting allocator");
-    }
-    let mut csv = String::from(
-        "pmd,payload,raw_mpps,ferroce_mpps,ratio,goodput_gbps,loss,frame_bytes,retx_pkts,\
-         raw_cpu_ns_per_pkt,ferroce_cpu_ns_per_pkt,cpu_ratio,acks_per_pkt,allocs_per_pkt,\
-         alloc_bytes_per_pkt,verify_ns_per_msg,window_data_pkts\n",
-    );
-    let o = |v: Option<f64>, d: usize| v.map(|x| format!("{x:.d$}")).unwrap_or_default();
-    for r in &rows {
-        csv.push_str(&format!(
-            "{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.1},{:.1},{:.5},{:.4},{},{},{:.1},{}\n",
-            r.pmd,
-            r.payload,
-            r.raw_mpps,
-            r.ferroce_mpps,
-            r.ratio,
-            r.goodput_gbps,
-            r.loss,
-            r.frame_bytes,
-            r.retx_pkts,
-            r.raw_cpu_ns_per_pkt,
-            r.ferroce_cpu_ns_per_pkt,
-            r.cpu_ratio,
-            r.acks_per_pkt,
-            o(r.allocs_per_pkt, 3),
-            o(r.alloc_bytes_per_pkt, 1),
-            r.verify_ns_per_msg,
-            r.window_data_pkts
-        ));
-    }
-    match &a.csv {
-        Some(f) if f == "-" => print!("{csv}"),
-        Some(f) => std::fs::write(f, &csv).map_err(|e| format!("--csv {f}: {e}"))?,
-        None => print!("\n{csv}"),
-    }
-    drop(veth);
-    Ok(rows)
 }
