@@ -4,8 +4,8 @@
 //! its own DPDK engine on `net_af_packet` (engine addresses 198.18.0.11/.12, which the
 //! programs name; ucmatose names the kernel address 198.18.0.2 and reaches the engine
 //! through `FERROCE_CM_MAP`), native mode, without and with 1 % injected loss on every
-//! transmit. The `_rocev2` tests run rping, `ib_write_bw -R`, cm_private.c and the failures
-//! over the RoCEv2 device and its IBTA CM on QP1 (`FERROCE_CM_DEVICE=ferroce0_rocev2`). Exit statuses and output are checked; every run is bounded in time. Also the
+//! transmit. The `_rocev2` tests run rping, rdma_server/rdma_client, `ib_write_bw -R`,
+//! `ib_send_lat -R`, cm_private.c and the failures over the RoCEv2 device and its IBTA CM on QP1 (`FERROCE_CM_DEVICE=ferroce0_rocev2`). Exit statuses and output are checked; every run is bounded in time. Also the
 //! failures a program sees: no listener (REJECTED, 8), nobody there (UNREACHABLE, -110), an
 //! unusable address (ADDR_ERROR).
 //!
@@ -341,8 +341,20 @@ fn udaddy_through_the_address_map() {
 
 #[test]
 fn rdma_server_and_rdma_client() {
-    pair_test(
-        "s",
+    rdma_server_client("ferroce0", "s");
+}
+
+/// rdma_server / rdma_client over the RoCEv2 device's IBTA CM: rdma_create_ep, rdma_getaddrinfo
+/// and the inline rdma_verbs.h calls.
+#[test]
+fn rdma_server_and_rdma_client_rocev2() {
+    rdma_server_client("ferroce0_rocev2", "S");
+}
+
+fn rdma_server_client(device: &'static str, tag: &str) {
+    pair_test_on(
+        device,
+        tag,
         "rdma_server",
         "rdma_client -s 198.18.0.12",
         "",
@@ -415,10 +427,21 @@ fn perftest_write_bw_over_rdma_cm_rocev2() {
 
 #[test]
 fn perftest_send_lat_over_rdma_cm() {
-    pair_test(
-        "l",
-        "ib_send_lat -R -d ferroce0 -F -n 1000",
-        "ib_send_lat -R -d ferroce0 -F -n 1000 198.18.0.12",
+    send_lat("ferroce0", "l");
+}
+
+/// ib_send_lat -R over the RoCEv2 device and its CM.
+#[test]
+fn perftest_send_lat_over_rdma_cm_rocev2() {
+    send_lat("ferroce0_rocev2", "L");
+}
+
+fn send_lat(device: &'static str, tag: &str) {
+    pair_test_on(
+        device,
+        tag,
+        &format!("ib_send_lat -R -d {device} -F -n 1000"),
+        &format!("ib_send_lat -R -d {device} -F -n 1000 198.18.0.12"),
         "",
         |c, s| {
             perftest_row(c, 2)?;
