@@ -478,8 +478,12 @@ fn connection_failures_are_the_documented_events() {
 }
 
 /// The same over the RoCEv2 device's IBTA CM: REJECTED 8 (at the REQ's first retransmission,
-/// after the listen grace), ADDR_ERROR, and udaddy's UNREACHABLE 1 (SIDR_REP status 1). UNREACHABLE is left out: with rdma_cm's timers
-/// (16 REQs about 6.4 s apart, as Linux) it takes some 100 s.
+/// after the listen grace), UNREACHABLE -110 (-ETIMEDOUT, as Linux's cma.c reports
+/// IB_CM_REQ_ERROR) when the REQ's retries run out, ADDR_ERROR, and udaddy's UNREACHABLE 1
+/// (SIDR_REP status 1). With rdma_cm's timers (16 REQs about 6.4 s apart, as Linux) nobody
+/// answering takes some 100 s: these clients' REQs carry a response timeout of 16 and
+/// max_cm_retries 1 (`FERROCE_CM_RESPONSE_TIMEOUT`, `FERROCE_CM_RETRIES`), two REQs 2.4 s
+/// apart.
 #[test]
 fn connection_failures_are_the_documented_events_rocev2() {
     connection_failures(
@@ -487,6 +491,10 @@ fn connection_failures_are_the_documented_events_rocev2() {
         "F",
         &[
             (RPING_TO_12, "cma event RDMA_CM_EVENT_REJECTED, error 8"),
+            (
+                "rping -c -a 198.18.0.13 -C 1",
+                "cma event RDMA_CM_EVENT_UNREACHABLE, error -110",
+            ),
             (
                 "rping -c -a 0.0.0.0 -C 1",
                 "cma event RDMA_CM_EVENT_ADDR_ERROR, error -99",
@@ -511,16 +519,28 @@ fn connection_failures(device: &'static str, tag: &str, cases: &[(&str, &str)]) 
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let env = Env::on(tag, device);
     let limit = Duration::from_secs(30);
-    // The peer's engine runs (an idle server on another port) but nobody listens on 7174.
+    // The peer's engine runs (an idle server on another port) but nobody listens on 7174;
+    // it outlives every case (ended below), or a slow case leaves the next with no peer.
     let idle = env
-        .side(1, "rping -s -a 198.18.0.12 -p 9999 -C 1", 0.0, "", limit)
+        .side(
+            1,
+            "rping -s -a 198.18.0.12 -p 9999 -C 1",
+            0.0,
+            "",
+            limit * (cases.len() as u32 + 1),
+        )
         .spawn()
         .expect("spawn idle server");
     std::thread::sleep(Duration::from_millis(1500));
     let mut failures = Vec::new();
     for &(cmd, want) in cases {
         let t0 = Instant::now();
-        let o = env.side(0, cmd, 0.0, "", limit).output().expect("client");
+        let mut c = env.side(0, cmd, 0.0, "", limit);
+        if device == "ferroce0_rocev2" {
+            c.env("FERROCE_CM_RESPONSE_TIMEOUT", "16")
+                .env("FERROCE_CM_RETRIES", "1");
+        }
+        let o = c.output().expect("client");
         let t = text(&o);
         let ok = o.status.code() != Some(0) && t.contains(want);
         eprintln!(
