@@ -759,19 +759,40 @@ fn fi_pingpong_msg_and_dgram_endpoints() {
             }
         },
     );
-    // Datagrams are unreliable and fi_pingpong does not resend: lossless only. libfabric
-    // names a device's datagram domain `<device>-dgram`.
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let env = Env::on("g", "ferroce0");
-    let ((ct, cc), (st, sc)) = run_two(
-        &env,
-        "fi_pingpong -p verbs -e dgram -d ferroce0-dgram -I 10 -S 64",
-        "fi_pingpong -p verbs -e dgram -d ferroce0-dgram -I 10 -S 64 198.18.0.2",
-        0.0,
+    // Datagram endpoints (libfabric names a device's datagram domain `<device>-dgram`),
+    // with data checks (-c). fi_pingpong sends each datagram once and waits for the answer
+    // without a timeout (libfabric 1.17's util/pingpong.c: timeout_sec -1, no resend), so one
+    // lost datagram stalls both sides for good, on a NIC as here: it needs a lossless
+    // fabric. The native device's UD rides a reliable stream per host pair (spec/rocev2.md
+    // §6), which resends what the 1 % loss drops: it must pass at both rates. The RoCEv2
+    // device's UD is IBTA UD (a lost datagram stays lost, as on rxe): lossless only; at 1 %
+    // a run that loses one of its 22 datagrams (about one in five) hangs (docs/verbs-devices.md).
+    // 500 round trips natively: ~1,000 datagrams, so the 1 % run loses some (P(none) ~ e^-10).
+    let dgram = |c: &str, _: &str| {
+        if ok(c)
+            || c.lines()
+                .any(|l| l.contains("=500") && l.starts_with("64 "))
+        {
+            Ok(())
+        } else {
+            Err("no result line \"64 ... =10\" / \"=500\"".into())
+        }
+    };
+    pair_test_on(
+        "ferroce0",
+        "g",
+        "fi_pingpong -p verbs -e dgram -d ferroce0-dgram -I 500 -S 64 -c",
+        "fi_pingpong -p verbs -e dgram -d ferroce0-dgram -I 500 -S 64 -c 198.18.0.2",
         "198.18.0.2=198.18.0.12",
+        dgram,
     );
-    assert!(
-        cc == Some(0) && sc == Some(0) && ok(&ct),
-        "fi_pingpong -e dgram: client {cc:?}, server {sc:?}\nclient:\n{ct}\nserver:\n{st}"
+    pair_test_at(
+        "ferroce0_rocev2",
+        "g2",
+        &[0.0],
+        "fi_pingpong -p verbs -e dgram -d ferroce0_rocev2-dgram -I 10 -S 64 -c",
+        "fi_pingpong -p verbs -e dgram -d ferroce0_rocev2-dgram -I 10 -S 64 -c 198.18.0.2",
+        "198.18.0.2=198.18.0.12",
+        dgram,
     );
 }
