@@ -129,22 +129,12 @@ pub fn load(vars: &[(String, String)]) -> Result<Config, String> {
 
 /// The RoCEv2 ACK timeout exponent from the environment.
 pub fn roce_timeout(vars: &[(String, String)]) -> Result<u8, String> {
-    match vars.iter().find(|(n, _)| n == ENV_ROCE_TIMEOUT) {
-        None => Ok(14),
-        Some((_, v)) => v
-            .trim()
-            .parse::<u8>()
-            .ok()
-            .filter(|t| *t <= 31)
-            .ok_or_else(|| format!("{ENV_ROCE_TIMEOUT}={v:?}: expected 0..=31")),
-    }
+    env_u8(vars, ENV_ROCE_TIMEOUT, 14, 31)
 }
 
-/// `(cm_response_timeout, max_cm_retries)` of the RoCEv2 device's CM from the environment
-/// (Linux's rdma_cm has them fixed at 20 and 15: `CMA_CM_RESPONSE_TIMEOUT`,
-/// `CMA_MAX_CM_RETRIES` in cma.c).
-pub fn roce_cm_timers(vars: &[(String, String)]) -> Result<(u8, u8), String> {
-    let get = |name: &str, default: u8, max: u8| match vars.iter().find(|(n, _)| n == name) {
+/// Variable `name` of `vars` as a number 0..=`max`, `default` when unset.
+fn env_u8(vars: &[(String, String)], name: &str, default: u8, max: u8) -> Result<u8, String> {
+    match vars.iter().find(|(n, _)| n == name) {
         None => Ok(default),
         Some((_, v)) => v
             .trim()
@@ -152,10 +142,16 @@ pub fn roce_cm_timers(vars: &[(String, String)]) -> Result<(u8, u8), String> {
             .ok()
             .filter(|t| *t <= max)
             .ok_or_else(|| format!("{name}={v:?}: expected 0..={max}")),
-    };
+    }
+}
+
+/// `(cm_response_timeout, max_cm_retries)` of the RoCEv2 device's CM from the environment
+/// (Linux's rdma_cm has them fixed at 20 and 15: `CMA_CM_RESPONSE_TIMEOUT`,
+/// `CMA_MAX_CM_RETRIES` in cma.c).
+pub fn roce_cm_timers(vars: &[(String, String)]) -> Result<(u8, u8), String> {
     Ok((
-        get(ENV_CM_RESPONSE_TIMEOUT, 20, 31)?,
-        get(ENV_CM_RETRIES, 15, 15)?,
+        env_u8(vars, ENV_CM_RESPONSE_TIMEOUT, 20, 31)?,
+        env_u8(vars, ENV_CM_RETRIES, 15, 15)?,
     ))
 }
 
