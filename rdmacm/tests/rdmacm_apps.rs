@@ -561,8 +561,8 @@ fn connection_failures(device: &'static str, tag: &str, cases: &[(&str, &str)]) 
 /// tests/c/cm_private.c, built against the system rdma_cma.h and linked with -lrdmacm (ours
 /// at run time): private data in REQ and REP, a consumer REJ with private data (status 28),
 /// DISCONNECTED on both sides, RDMA_PS_IPOIB and rdma_join_multicast refused (an RDMA_PS_UDP
-/// id created as UD), the channel fd
-/// readable exactly when an event waits.
+/// id created as UD), the channel fd readable exactly when an event waits, and a connection
+/// the client leaves open at exit disconnected by its CM (DISCONNECTED at the server).
 #[test]
 fn private_data_reject_and_refusals_from_c() {
     private_data_from_c("ferroce0", "p");
@@ -606,6 +606,10 @@ fn private_data_from_c(device: &'static str, tag: &str) {
                 (c, "client: REP private data \"ferroce-rep-data\""),
                 (c, "client: REJ status 28, private data \"go-away\""),
                 (s, "server: REQ private data \"ferroce-req\""),
+                (
+                    s,
+                    "server: DISCONNECTED for the connection the client left open at exit",
+                ),
                 (c, "RESULT ok"),
                 (s, "RESULT ok"),
             ];
