@@ -227,6 +227,7 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
     let img = image::prepare()?;
     let mut rows = Vec::new();
     for &mtu in &o.mtus {
+        let first_row = rows.len();
         let mut s = session(o, &img, mtu, &format!("m{mtu}"))?;
         for &rxe in &o.rxe_loss_pcts {
             if rxe > 0.0 || s.wire.is_some() {
@@ -277,6 +278,15 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
         // RoCEv2 codec and tshark must agree on every packet and every ICRC must be valid.
         let t0 = Instant::now();
         s.vms[0].shutdown();
+        // rping disconnects from both ends (the active side's DREQ, the passive side's
+        // DREP, whichever is ferroce): with a passing run in each role, the capture must
+        // hold DREQ and DREP sent by ferroce and by rxe.
+        let rping_ran = |role: &str| {
+            rows[first_row..]
+                .iter()
+                .any(|r| r.program == "rping" && r.role == role && r.ok)
+        };
+        let want_both_ways = rping_ran("server") && rping_ran("client") && !o.rxe_rxe;
         let r = match crate::wirecheck::check(&s.pcap(0)) {
             Ok(w) => RunResult {
                 program: "wire-check",
@@ -289,13 +299,14 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
                 ),
                 wire: None,
                 bytes: None,
-                ok: w.ok(),
+                ok: w.ok() && (!want_both_ways || disconnects_both_ways(&w)),
                 figure: format!(
-                    "{} pkts, {} bad ICRC, {} UD, {} CM MADs",
+                    "{} pkts, {} bad ICRC, {} UD, {} CM MADs ({})",
                     w.packets,
                     w.icrc_bad,
                     w.ud_deth_checked,
-                    w.cm_mads.iter().map(|(_, n)| n).sum::<usize>()
+                    w.cm_mads.iter().map(|(_, n)| n).sum::<usize>(),
+                    disconnect_counts(&w)
                 ),
                 secs: t0.elapsed().as_secs_f64(),
                 detail: format!("{w:?}"),
@@ -321,6 +332,24 @@ pub fn run_matrix(o: &Options, mut each: impl FnMut(&RunResult)) -> Result<Vec<R
         rows.push(r);
     }
     Ok(rows)
+}
+
+/// DREQ and DREP each sent by ferroce and by rxe (vm0).
+pub fn disconnects_both_ways(w: &crate::wirecheck::WireReport) -> bool {
+    let (f, r) = (crate::lab::FERROCE_IP, crate::lab::vm_ip(0));
+    ["DREQ", "DREP"]
+        .iter()
+        .all(|a| w.cm_mads_sent(a, f) > 0 && w.cm_mads_sent(a, r) > 0)
+}
+
+/// "DREQ f3 r2, DREP f2 r1": each sent by ferroce (f) and by rxe (r).
+pub fn disconnect_counts(w: &crate::wirecheck::WireReport) -> String {
+    let (f, r) = (crate::lab::FERROCE_IP, crate::lab::vm_ip(0));
+    ["DREQ", "DREP"]
+        .iter()
+        .map(|a| format!("{a} f{} r{}", w.cm_mads_sent(a, f), w.cm_mads_sent(a, r)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `ferroce interop rxe [...]`: prints the matrix table, writes `--csv`; 0 when all pass.

@@ -304,6 +304,9 @@ pub struct WireReport {
     /// CM MADs on QP1 that both decoders read alike (class, attribute, TID) and ferroce's
     /// CM codec parsed, by attribute.
     pub cm_mads: Vec<(String, usize)>,
+    /// The same MADs by sender: ((attribute, source address), count), to tell the two
+    /// directions apart (e.g. DREQ and DREP sent by ferroce and by rxe).
+    pub cm_mads_from: Vec<((String, Ipv4Addr), usize)>,
     /// Disagreements between ferroce's codec and tshark, or codec errors.
     pub problems: Vec<String>,
 }
@@ -312,6 +315,14 @@ impl WireReport {
     /// Codec and tshark agree on every packet and every ICRC is valid.
     pub fn ok(&self) -> bool {
         self.packets > 0 && self.icrc_bad == 0 && self.problems.is_empty()
+    }
+
+    /// CM MADs with attribute `attr` that `src` sent.
+    pub fn cm_mads_sent(&self, attr: &str, src: Ipv4Addr) -> usize {
+        self.cm_mads_from
+            .iter()
+            .find(|((a, s), _)| a == attr && *s == src)
+            .map_or(0, |(_, n)| *n)
     }
 }
 
@@ -350,6 +361,7 @@ pub fn check(path: &Path) -> Result<WireReport, String> {
         ));
     }
     let mut cm: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut cm_from: std::collections::BTreeMap<(String, Ipv4Addr), usize> = Default::default();
     for (i, (d, t)) in ours.iter().zip(&theirs).enumerate() {
         if (d.opcode, d.dest_qpn, d.psn) != (t.opcode, t.dest_qpn, t.psn) {
             r.problems.push(format!(
@@ -381,7 +393,10 @@ pub fn check(path: &Path) -> Result<WireReport, String> {
             }
         }
         match &d.cm {
-            Some(Ok(a)) if d.mad == t.mad => *cm.entry(a.to_string()).or_default() += 1,
+            Some(Ok(a)) if d.mad == t.mad => {
+                *cm.entry(a.to_string()).or_default() += 1;
+                *cm_from.entry((a.to_string(), d.src)).or_default() += 1;
+            }
             Some(Err(e)) => r
                 .problems
                 .push(format!("packet {i}: ferroce CM codec: {e}")),
@@ -389,6 +404,7 @@ pub fn check(path: &Path) -> Result<WireReport, String> {
         }
     }
     r.cm_mads = cm.into_iter().collect();
+    r.cm_mads_from = cm_from.into_iter().collect();
     Ok(r)
 }
 
@@ -494,5 +510,80 @@ mod tests {
             r.opcodes,
             vec![("UD_SEND_ONLY".into(), 1), ("UD_SEND_ONLY_IMM".into(), 1)]
         );
+    }
+    #[test]
+    fn cm_mads_are_counted_by_sender() {
+        if Command::new("tshark").arg("--version").output().is_err() {
+            eprintln!("SKIP: no tshark");
+            return;
+        }
+        let (a, b) = (Ipv4Addr::new(198, 18, 9, 1), Ipv4Addr::new(198, 18, 9, 2));
+        let short = |l, r| cmw::Short {
+            local_comm_id: l,
+            remote_comm_id: r,
+            private_data: Vec::new(),
+        };
+        let dreq = |l, r| {
+            cmw::CmBody::Dreq(cmw::Dreq {
+                local_comm_id: l,
+                remote_comm_id: r,
+                remote_qpn_eecn: 0x11,
+                private_data: Vec::new(),
+            })
+        };
+        // a's DREQ and b's DREP, then b's DREQ: a sent no DREP.
+        let mads = [
+            (a, b, dreq(1, 2)),
+            (b, a, cmw::CmBody::Drep(short(2, 1))),
+            (b, a, dreq(3, 4)),
+        ];
+        let mut pkts = Vec::new();
+        for (i, (src, dst, body)) in mads.into_iter().enumerate() {
+            let m = cmw::CmMad {
+                hdr: cmw::MadHeader {
+                    tid: 0x100 + i as u64,
+                    ..Default::default()
+                },
+                body,
+            }
+            .emit()
+            .unwrap();
+            let mut bth = Bth::new(Opcode::UdSendOnly, 1, i as u32);
+            bth.pad = wire::pad_for(m.len());
+            let p = Packet {
+                bth,
+                ext: ExtHeaders {
+                    deth: Some(Deth {
+                        qkey: 0x8001_0000,
+                        src_qpn: 1,
+                        resv: 0,
+                    }),
+                    ..Default::default()
+                },
+                payload: &m,
+            };
+            let flow = Flow {
+                src,
+                dst,
+                src_port: 0xc123,
+                dst_port: wire::UDP_PORT,
+            };
+            let mut buf = vec![0u8; 512];
+            let n = p.emit_canonical(&mut buf, &flow).unwrap();
+            buf.truncate(n);
+            pkts.push((src, dst, buf));
+        }
+        let dir = std::env::temp_dir().join(format!("ferroce-wirecheck-cm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cm.pcap");
+        std::fs::write(&path, pcap_of(&pkts)).unwrap();
+        let r = check(&path);
+        std::fs::remove_dir_all(&dir).ok();
+        let r = r.unwrap();
+        assert!(r.ok(), "{r:?}");
+        assert_eq!(r.cm_mads_sent("DREQ", a), 1, "{r:?}");
+        assert_eq!(r.cm_mads_sent("DREQ", b), 1, "{r:?}");
+        assert_eq!(r.cm_mads_sent("DREP", b), 1, "{r:?}");
+        assert_eq!(r.cm_mads_sent("DREP", a), 0, "{r:?}");
     }
 }

@@ -185,6 +185,14 @@ fn ferroce_vs_rxe(mtu: u32) {
             assert!(mads(a) >= 2, "{a}: {w:?}");
         }
     }
+    if names.split(',').any(|n| n == "rping") {
+        // rping disconnects from both ends: DREQ and DREP sent by ferroce and by rxe.
+        assert!(
+            ferroce_interop::matrix::disconnects_both_ways(&w),
+            "{}: {w:?}",
+            ferroce_interop::matrix::disconnect_counts(&w)
+        );
+    }
     if names.split(',').any(|n| n == "udaddy") {
         // SIDR in both directions: tshark 4.0 names the MADs (class, attribute, TID) but does
         // not dissect their contents; ferroce's codec parses them.

@@ -50,6 +50,7 @@ pub fn ensure_started() -> Result<Ipv4Addr, c_int> {
     g.pd = pd as usize;
     g.local_ip = Some(Ipv4Addr::from(ip));
     drop(g);
+    START_PID.store(std::process::id(), std::sync::atomic::Ordering::SeqCst);
     // SAFETY: registers a plain extern "C" function; at most once (START is held and
     // local_ip is set from here on).
     unsafe { libc::atexit(close_at_exit) };
@@ -57,16 +58,50 @@ pub fn ensure_started() -> Result<Ipv4Addr, c_int> {
     Ok(Ipv4Addr::from(ip))
 }
 
-/// At exit, close the device the library opened, as a verbs program closes its own: with
-/// the last context closed the shim gives its engine a moment to send the last ACKs and
-/// DREPs before the process ends.
+/// At exit, first disconnect the ids still connected (a DREQ each), as Linux's CM does when
+/// the process's rdma_cm file closes: perftest -R, for one, never destroys its first
+/// connection's id, and the peer's DREQ to a process that is gone gets no DREP. Then close
+/// the device the library opened, as a verbs program closes its own: with the last context
+/// closed the shim gives its engine a moment to send the last ACKs, DREQs and DREPs before
+/// the process ends.
 extern "C" fn close_at_exit() {
     EXITING.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Not in a forked child: its engine (a thread of the parent) is not there to ask.
+    if START_PID.load(std::sync::atomic::Ordering::SeqCst) == std::process::id() {
+        if let Some(ops) = shim::ops() {
+            for comm in connected_comms() {
+                // SAFETY: no private data.
+                let r = unsafe { (ops.disconnect)(comm, std::ptr::null(), 0) };
+                dbg_log!("exit: DREQ for comm {comm:#x}: {r}");
+            }
+        }
+    }
     let ctx = std::mem::take(&mut lock(global()).ctx) as *mut ibv_context;
     if !ctx.is_null() {
         // SAFETY: the context open_cm_device opened, closed once (taken out above).
         unsafe { crate::verbs::ibv_close_device(ctx) };
     }
+}
+
+/// The process that started the CM (and registered [`close_at_exit`]).
+static START_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Comm ids of the live ids connected or connecting (those rdma_destroy_id would
+/// disconnect; a passive id whose ESTABLISHED the application never read is still
+/// Connecting here, perftest -R's first one for instance).
+fn connected_comms() -> Vec<u32> {
+    let g = lock(global());
+    g.ids
+        .keys()
+        .filter_map(|&a| {
+            // SAFETY: a live id of ours (in `ids`, so not destroyed: destruction takes the
+            // global lock to remove it): the rdma_cm_id is the first field of its IdPriv.
+            let p = unsafe { &*(a as *const IdPriv) };
+            let st = lock(&p.st);
+            let live = matches!(st.phase, Phase::Connected | Phase::Connecting);
+            (live && st.comm != 0).then_some(st.comm)
+        })
+        .collect()
 }
 
 fn ctx() -> *mut ibv_context {

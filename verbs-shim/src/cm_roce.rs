@@ -29,10 +29,16 @@ static NOW: AtomicU64 = AtomicU64::new(0);
 /// Local ACK timeout the CM's QPs are announced with (the shim's RC default).
 const LOCAL_ACK_TIMEOUT: u8 = 14;
 
-/// Enable the CM on the RoCEv2 endpoint and wrap it (state.rs, when the engine starts).
-pub fn wrap(mut ep: RoceEndpoint, seed: u32) -> Box<dyn Transport + Send> {
+/// Enable the CM on the RoCEv2 endpoint and wrap it (state.rs, when the engine starts);
+/// `timers`: its REQs' `(cm_response_timeout, max_cm_retries)` (config.rs).
+pub fn wrap(mut ep: RoceEndpoint, seed: u32, timers: (u8, u8)) -> Box<dyn Transport + Send> {
     let ip = ep.config().local_ip;
-    ep.enable_cm(RoceCmConfig::new(ip), seed);
+    let cfg = RoceCmConfig {
+        cm_response_timeout: timers.0,
+        max_cm_retries: timers.1,
+        ..RoceCmConfig::new(ip)
+    };
+    ep.enable_cm(cfg, seed);
     Box::new(RoceCmTransport { inner: ep })
 }
 

@@ -9,6 +9,8 @@
 //! | `FERROCE_LOSS` | injected loss probability on transmit (`fault.tx.loss`), e.g. `0.01` |
 //! | `FERROCE_ROCE_TIMEOUT` | RoCEv2 device: local ACK timeout exponent (4.096 µs × 2^t), default 14 |
 //! | `FERROCE_ROCE_RETRY` | RoCEv2 device: `forever` (default, rxe's reading of retry_cnt 7) or `ibta` (7 retries, as a NIC: a dead peer ends in IBV_WC_RETRY_EXC_ERR) |
+//! | `FERROCE_CM_RESPONSE_TIMEOUT` | RoCEv2 device's CM: the CM response timeout exponent its REQs and SIDR_REQs carry and wait by (4.096 µs × 2^t), 0..=31, default 20 as Linux's rdma_cm |
+//! | `FERROCE_CM_RETRIES` | RoCEv2 device's CM: `max_cm_retries` of its REQs and SIDR_REQs, 0..=15, default 15 as Linux's rdma_cm (each wait is 2 × the packet lifetime, 1.07 s, + 4.096 µs × 2^timeout: with both defaults a peer that never answers is UNREACHABLE after 16 × 6.4 s ≈ 100 s; tests set 16 and 1 for ~5 s) |
 //! | `FERROCE_DP__A__B=v` | any other field `a.b` of the dataplane configuration |
 //! | `FERROCE_VERBS_DEBUG=1` | log the shim's decisions to stderr, and the engines' counters every 2 s |
 //! | `FERROCE_APP_PROGRESS=0` | posts and empty `ibv_poll_cq` calls no longer run engine turns on the application's thread (default on; `dataplane/src/engine/shared.rs`) |
@@ -28,6 +30,8 @@ pub const ENV_EAL: &str = "FERROCE_EAL";
 pub const ENV_LOSS: &str = "FERROCE_LOSS";
 pub const ENV_ROCE_TIMEOUT: &str = "FERROCE_ROCE_TIMEOUT";
 pub const ENV_ROCE_RETRY: &str = "FERROCE_ROCE_RETRY";
+pub const ENV_CM_RESPONSE_TIMEOUT: &str = "FERROCE_CM_RESPONSE_TIMEOUT";
+pub const ENV_CM_RETRIES: &str = "FERROCE_CM_RETRIES";
 
 /// Whether `FERROCE_VERBS_DEBUG` is set.
 pub fn debug() -> bool {
@@ -133,15 +137,30 @@ pub fn load(vars: &[(String, String)]) -> Result<Config, String> {
 
 /// The RoCEv2 ACK timeout exponent from the environment.
 pub fn roce_timeout(vars: &[(String, String)]) -> Result<u8, String> {
-    match vars.iter().find(|(n, _)| n == ENV_ROCE_TIMEOUT) {
-        None => Ok(14),
+    env_u8(vars, ENV_ROCE_TIMEOUT, 14, 31)
+}
+
+/// Variable `name` of `vars` as a number 0..=`max`, `default` when unset.
+fn env_u8(vars: &[(String, String)], name: &str, default: u8, max: u8) -> Result<u8, String> {
+    match vars.iter().find(|(n, _)| n == name) {
+        None => Ok(default),
         Some((_, v)) => v
             .trim()
             .parse::<u8>()
             .ok()
-            .filter(|t| *t <= 31)
-            .ok_or_else(|| format!("{ENV_ROCE_TIMEOUT}={v:?}: expected 0..=31")),
+            .filter(|t| *t <= max)
+            .ok_or_else(|| format!("{name}={v:?}: expected 0..={max}")),
     }
+}
+
+/// `(cm_response_timeout, max_cm_retries)` of the RoCEv2 device's CM from the environment
+/// (Linux's rdma_cm has them fixed at 20 and 15: `CMA_CM_RESPONSE_TIMEOUT`,
+/// `CMA_MAX_CM_RETRIES` in cma.c).
+pub fn roce_cm_timers(vars: &[(String, String)]) -> Result<(u8, u8), String> {
+    Ok((
+        env_u8(vars, ENV_CM_RESPONSE_TIMEOUT, 20, 31)?,
+        env_u8(vars, ENV_CM_RETRIES, 15, 15)?,
+    ))
 }
 
 /// Whether retry_cnt 7 means "forever" (rxe, the default) or seven retries (`ibta`).
@@ -180,6 +199,27 @@ mod tests {
         assert!(roce_retry_forever(&v(&[(ENV_ROCE_RETRY, "7")]))
             .unwrap_err()
             .contains(ENV_ROCE_RETRY));
+    }
+
+    #[test]
+    fn roce_cm_timers_from_the_environment() {
+        assert_eq!(roce_cm_timers(&v(&[])), Ok((20, 15)));
+        assert_eq!(
+            roce_cm_timers(&v(&[
+                (ENV_CM_RESPONSE_TIMEOUT, "16"),
+                (ENV_CM_RETRIES, "3")
+            ])),
+            Ok((16, 3))
+        );
+        for (k, bad) in [
+            (ENV_CM_RESPONSE_TIMEOUT, "32"),
+            (ENV_CM_RETRIES, "16"),
+            (ENV_CM_RETRIES, "-1"),
+            (ENV_CM_RESPONSE_TIMEOUT, "x"),
+        ] {
+            let e = roce_cm_timers(&v(&[(k, bad)])).unwrap_err();
+            assert!(e.contains(k), "{e}");
+        }
     }
 
     #[test]

@@ -419,6 +419,7 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
     let cfg = crate::config::load(&vars)?;
     let roce_timeout = crate::config::roce_timeout(&vars)?;
     let roce_retry_forever = crate::config::roce_retry_forever(&vars)?;
+    let cm_timers = crate::config::roce_cm_timers(&vars)?;
     ferroce_dataplane::config::preflight(&cfg).map_err(|e| format!("ferroce verbs: {e}"))?;
     let ip = cfg.address().map_err(|e| e.to_string())?;
     let eal = crate::engines::eal(&cfg)?;
@@ -448,7 +449,7 @@ fn start_engine(mode: Mode) -> Result<EngineCtl, String> {
             rc.ud_mtu = m;
             // QP1 serves the IBTA CM (cm_roce.rs).
             (
-                crate::cm_roce::wrap(RoceEndpoint::new(rc), crate::cm::seed()),
+                crate::cm_roce::wrap(RoceEndpoint::new(rc), crate::cm::seed(), cm_timers),
                 m,
             )
         }

@@ -1,5 +1,7 @@
 /* Private data both ways, a consumer reject with private data, the refusals (multicast,
- * RDMA_PS_IPOIB; an RDMA_PS_UDP id is a UD one) and the event channel's fd, through the librdmacm API as a C program sees it.
+ * RDMA_PS_IPOIB; an RDMA_PS_UDP id is a UD one) and the event channel's fd, through the librdmacm API as a C program sees it;
+ * and a connection the client leaves open when it exits, which its CM must disconnect (a
+ * DREQ at exit, as Linux's kernel CM sends when the process's rdma_cm file closes).
  *   cm_private server PORT
  *   cm_private client ADDR PORT
  * Prints "RESULT ok" when every check held, exits 1 at the first that did not. */
@@ -15,7 +17,7 @@
 	printf(__VA_ARGS__); printf(" (errno %d)\n", errno); exit(1); } } while (0)
 
 static const char REQ[] = "ferroce-req", REP[] = "ferroce-rep-data", NO[] = "please-reject",
-	GO[] = "go-away";
+	GO[] = "go-away", OPEN[] = "left-open";
 
 static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t)
 {
@@ -64,7 +66,7 @@ static int server(const char *port)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	CHECK(ch && ch->fd >= 0, "rdma_create_event_channel");
-	struct rdma_cm_id *l, *a = NULL;
+	struct rdma_cm_id *l, *a = NULL, *b = NULL;
 	CHECK(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(atoi(port)) };
 	CHECK(rdma_bind_addr(l, (struct sockaddr *)&sin) == 0, "rdma_bind_addr");
@@ -72,11 +74,19 @@ static int server(const char *port)
 	refusals(ch, l);
 	CHECK(rdma_listen(l, 4) == 0, "rdma_listen");
 	CHECK(ntohs(rdma_get_src_port(l)) == atoi(port), "rdma_get_src_port");
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		struct rdma_cm_event *e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
 		CHECK(e->listen_id == l, "listen_id");
 		struct rdma_cm_id *id = e->id;
-		if (has(e, REQ)) {
+		if (has(e, OPEN)) {
+			rdma_ack_cm_event(e);
+			make_qp(id);
+			struct rdma_conn_param c = { .responder_resources = 1, .initiator_depth = 1,
+				.rnr_retry_count = 7 };
+			CHECK(rdma_accept(id, &c) == 0, "rdma_accept");
+			rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
+			b = id;
+		} else if (has(e, REQ)) {
 			printf("server: REQ private data \"%.*s\"\n", (int)strlen(REQ),
 			       (const char *)e->param.conn.private_data);
 			rdma_ack_cm_event(e);
@@ -94,9 +104,18 @@ static int server(const char *port)
 			rdma_destroy_id(id);
 		}
 	}
-	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_DISCONNECTED));
+	/* The client's rdma_disconnect of the first, then its exit with the third open. */
+	struct rdma_cm_event *d1 = expect(ch, RDMA_CM_EVENT_DISCONNECTED);
+	CHECK(d1->id == a, "first DISCONNECTED not the disconnected connection's");
+	rdma_ack_cm_event(d1);
+	struct rdma_cm_event *d2 = expect(ch, RDMA_CM_EVENT_DISCONNECTED);
+	CHECK(d2->id == b, "second DISCONNECTED not the left-open connection's");
+	printf("server: DISCONNECTED for the connection the client left open at exit\n");
+	rdma_ack_cm_event(d2);
 	rdma_destroy_qp(a);
 	rdma_destroy_id(a);
+	rdma_destroy_qp(b);
+	rdma_destroy_id(b);
 	rdma_destroy_id(l);
 	rdma_destroy_event_channel(ch);
 	printf("RESULT ok\n");
@@ -146,13 +165,16 @@ static int client(const char *addr, const char *port)
 	rdma_ack_cm_event(e);
 	rdma_destroy_qp(no);
 	rdma_destroy_id(no);
+	struct rdma_cm_id *open = dial(ch, ai, OPEN);
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
 	CHECK(rdma_disconnect(id) == 0, "rdma_disconnect");
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_DISCONNECTED));
 	rdma_destroy_qp(id);
 	rdma_destroy_id(id);
-	rdma_destroy_event_channel(ch);
 	freeaddrinfo(ai);
 	printf("RESULT ok\n");
+	/* Exit with `open` connected (and its channel in use): the CM's exit sends its DREQ. */
+	(void)open;
 	return 0;
 }
 
