@@ -3,7 +3,7 @@
 //! DPDK's mlx PMDs need at load time.
 //!
 //! Version nodes: rustc's own version script exports the `ferroce_v_*` functions unversioned;
-//! a second script (this one) defines the nodes IBVERBS_1.0 … 1.14 and IBVERBS_PRIVATE_34, and
+//! a second script (this one) defines the nodes IBVERBS_1.0 … 1.14, IBVERBS_PRIVATE_34 and FERROCEDV_1.0, and
 //! `.symver` directives in `src/exports.rs` bind `ibv_*@@IBVERBS_x` to them.
 
 use std::collections::BTreeSet;
@@ -23,6 +23,8 @@ fn main() {
         prev = v;
     }
     map.push_str("IBVERBS_PRIVATE_34 { };\n");
+    // ferroce's extension API (include/ferrocedv.h, src/ferrocedv.rs).
+    map.push_str("FERROCEDV_1.0 { };\n");
     let map_path = out.join("ibverbs.map");
     std::fs::write(&map_path, map).expect("write ibverbs.map");
     println!(

@@ -55,6 +55,8 @@ pub struct TxPath {
     pub plane: u8,
     pub planes: u8,
     pub home_plane: u8,
+    /// Planes the connection may use (`Connection::set_plane_mask`); a move skips the others.
+    pub allowed: u64,
     pub(crate) home_probe_at: Option<u64>,
     pub(crate) home_probe_seq: Option<u32>,
     /// Home probes sent since the path left its home plane (they back off).
@@ -125,6 +127,7 @@ impl TxPath {
             plane: 0,
             planes: 1,
             home_plane: 0,
+            allowed: u64::MAX,
             home_probe_at: None,
             home_probe_seq: None,
             home_probes: 0,
@@ -516,7 +519,15 @@ impl TxPath {
 
     /// Re-route across planes too: a dead plane is left, not just a dead ECMP route.
     pub(crate) fn move_plane(&mut self) {
-        self.plane = (self.plane + 1) % self.planes.max(1);
+        let n = self.planes.max(1);
+        // The next allowed plane after the current one (the current one if it is the only).
+        for step in 1..=n {
+            let next = (self.plane + step) % n;
+            if next >= 64 || self.allowed >> next & 1 == 1 {
+                self.plane = next;
+                break;
+            }
+        }
         self.home_probe_seq = None;
     }
 

@@ -106,6 +106,10 @@ pub const SYMBOLS: &[(&str, &str)] = &[
     ("ibv_unimport_dm", "IBVERBS_1.13"),
     ("ibv_query_qp_data_in_order", "IBVERBS_1.14"),
     ("ibv_query_gid_type", "IBVERBS_PRIVATE_34"),
+    // ferroce's own extension (include/ferrocedv.h).
+    ("ferrocedv_query_qp", "FERROCEDV_1.0"),
+    ("ferrocedv_query_paths", "FERROCEDV_1.0"),
+    ("ferrocedv_set_planes", "FERROCEDV_1.0"),
 ];
 
 export!("IBVERBS_1.0": ibv_create_comp_channel ibv_destroy_comp_channel ibv_get_sysfs_path ibv_rate_to_mult mult_to_ibv_rate ibv_read_sysfs_file ibv_copy_path_rec_from_kern ibv_copy_path_rec_to_kern ibv_copy_qp_attr_from_kern);
@@ -121,3 +125,4 @@ export!("IBVERBS_1.12": ibv_reg_dmabuf_mr);
 export!("IBVERBS_1.13": ibv_import_dm ibv_is_fork_initialized ibv_unimport_dm);
 export!("IBVERBS_1.14": ibv_query_qp_data_in_order);
 export!("IBVERBS_PRIVATE_34": ibv_query_gid_type);
+export!("FERROCEDV_1.0": ferrocedv_query_qp ferrocedv_query_paths ferrocedv_set_planes);

@@ -31,6 +31,7 @@ pub mod cq_ex;
 pub mod device;
 pub mod engines;
 pub mod exports;
+pub mod ferrocedv;
 pub mod inflight;
 pub mod lid;
 pub mod mr;

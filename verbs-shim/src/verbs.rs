@@ -1034,7 +1034,7 @@ pub struct Qp {
 
 /// # Safety
 /// `qp` is null or a QP this library created.
-unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> Option<&'a Qp> {
+pub(crate) unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> Option<&'a Qp> {
     // SAFETY: QPs come from ibv_create_qp: ibv_qp is the first field of our Qp.
     (!qp.is_null()).then(|| unsafe { &*(qp as *const Qp) })
 }

@@ -184,13 +184,34 @@ fn cdylib() -> PathBuf {
 /// `-libverbs` (the shim answers at run time through LD_LIBRARY_PATH); panics with cc's
 /// errors if it does not build.
 pub fn build_c(dir: &Path, name: &str) -> PathBuf {
+    build_c_against(dir, name, &["-libverbs"])
+}
+
+/// As [`build_c`], linked against the shim in `dir` itself (its libibverbs.so.1, from
+/// [`lib_dir`]): for programs that call ferroce's own exports (`ferrocedv_*`), which the
+/// system's libibverbs lacks.
+pub fn build_c_shim(dir: &Path, name: &str) -> PathBuf {
+    let l = format!("-L{}", dir.display());
+    build_c_against(
+        dir,
+        name,
+        &[&l, "-l:libibverbs.so.1", "-Wl,--allow-shlib-undefined"],
+    )
+}
+
+fn build_c_against(dir: &Path, name: &str, link: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let bin = dir.join(name);
+    // include/: ferroce's own headers (ferrocedv.h).
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../include");
     let cc = std::process::Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .args(["-O1", "-Wall", "-Werror"])
+        .arg("-I")
+        .arg(&include)
+        .arg("-o")
         .arg(&bin)
         .arg(&src)
-        .arg("-libverbs")
+        .args(link)
         .output()
         .expect("run cc");
     assert!(

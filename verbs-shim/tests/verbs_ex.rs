@@ -174,3 +174,62 @@ fn xrc_send_write_read_and_atomics_through_the_abi() {
     std::fs::remove_dir_all(&libs).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// The ferrocedv extension API (`include/ferrocedv.h`, `tests/c/ferrocedv.c`): two RC QPs of
+/// one process (the veth's far end reflects every frame, a hairpin), RDMA WRITEs, then the
+/// sender's connection and paths queried (state, planes, source ports, RTT, window, counters
+/// that carried the bytes written), the plane restriction (the engine has one port: masks with
+/// no plane of it are EINVAL, plane 0 is accepted and the next WRITEs stay on it), bad
+/// arguments EINVAL, before RTR ENOTCONN, UD EOPNOTSUPP; on the RoCEv2 device EOPNOTSUPP.
+#[test]
+fn ferrocedv_queries_paths_and_planes_over_the_shim() {
+    if !is_root() || ferroce_dataplane::config::pmd_dir().is_none() {
+        eprintln!("SKIPPED: needs root and DPDK's PMDs");
+        return;
+    }
+    let libs = abi::lib_dir("ferrocedv");
+    let bin = abi::build_c_shim(&libs, "ferrocedv");
+    let pair = VethPair::create("dv", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
+    if !abi::hairpin(&pair.ns[1], &pair.ifname[1]) {
+        eprintln!("SKIPPED: no hairpin");
+        return;
+    }
+    let mut failures = Vec::new();
+    for dev in modes() {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &pair.ns[0], "timeout", "-k", "5", "60"])
+            .arg(&bin)
+            .args(["-d", dev])
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("FERROCE_IP", "198.18.0.11")
+            .env(
+                "FERROCE_PMD",
+                format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[0]),
+            )
+            .env_remove("FERROCE_LOSS")
+            .output()
+            .expect("run ferrocedv");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let checks = text.lines().filter(|l| l.ends_with(": ok")).count();
+        eprintln!("ferrocedv over {dev}: {checks} checks ok\n{text}");
+        // Native runs every check; RoCEv2 stops after its EOPNOTSUPP check.
+        let want = if dev.ends_with("rocev2") { 7 } else { 18 };
+        if out.status.code() != Some(0)
+            || !text.contains("RESULT ok")
+            || text.contains(": FAIL")
+            || checks != want
+        {
+            failures.push(format!(
+                "over {dev} (exit {:?}; 124: timed out; {checks} checks ok, {want} wanted):\n{text}",
+                out.status.code()
+            ));
+        }
+    }
+    drop(pair);
+    std::fs::remove_dir_all(&libs).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

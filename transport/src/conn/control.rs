@@ -31,6 +31,7 @@ impl Connection {
             p.plane = p.index % planes;
             p.home_plane = p.plane;
         }
+        self.apply_plane_mask();
         self.rx_paths = (0..n).map(|_| RxPath::default()).collect();
         self.rx_due = vec![u64::MAX; n as usize];
         self.ack_queued = vec![false; n as usize];

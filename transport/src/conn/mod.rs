@@ -19,6 +19,8 @@ mod ack;
 mod cold_start;
 mod control;
 mod msn_ring;
+mod planes;
+pub use planes::NoSuchPlane;
 mod recovery;
 mod requester;
 mod responder;
@@ -292,6 +294,8 @@ pub struct Connection {
     /// NIC ports (planes) of this host; ports with room for the packet being built; the port
     /// the last packet was built for; a path had room but its plane had none.
     nic_ports: u8,
+    /// Planes this connection may send on (`set_plane_mask`), all by default.
+    plane_mask: u64,
     tx_ready: u64,
     last_tx_port: u8,
     pub(crate) port_blocked: bool,
@@ -453,6 +457,7 @@ impl Connection {
             ctrl_tries: 0,
             rr: 0,
             nic_ports: 1,
+            plane_mask: u64::MAX,
             tx_ready: 1,
             last_tx_port: 0,
             port_blocked: false,
@@ -727,7 +732,7 @@ impl Connection {
         } else {
             (1u64 << self.nic_ports) - 1
         };
-        self.tx_ready = ready & mask;
+        self.tx_ready = ready & mask & self.plane_mask;
         self.port_blocked = false;
         if self.tx_ready == 0 {
             self.port_blocked = true;
