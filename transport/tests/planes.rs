@@ -113,6 +113,7 @@ fn burst(
     sent
 }
 
+// checks: [PATH-11]
 #[test]
 fn a_connection_restricted_to_one_plane_sends_only_on_it() {
     let (mut a, mut b) = (host(1), host(2));

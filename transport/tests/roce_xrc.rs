@@ -251,3 +251,38 @@ fn a_packet_of_another_transport_is_dropped_and_counted() {
         vec![Status::Success]
     );
 }
+
+/// The target's ACK lost (or late past the initiator's timer): the initiator resends, the
+/// target takes the resend as a duplicate and acknowledges it again, and the initiator
+/// completes. Single-packet and multi-packet SENDs, a WRITE.
+#[test]
+fn a_lost_xrc_ack_is_recovered_by_the_resend() {
+    for (len, op) in [
+        (100u32, SendOp::Send { imm: None }),
+        (3000, SendOp::Send { imm: None }),
+    ] {
+        let mut w = xrc_wire();
+        let k = setup(&mut w, 16384);
+        let (ac, bc) = (w.a.conn, w.b.conn);
+        w.b.ep
+            .post_recv(
+                bc,
+                QP,
+                RecvWr {
+                    wr_id: 900,
+                    sgl: sge(k.b_recv, 0x40000, 8192),
+                },
+            )
+            .unwrap();
+        w.a.ep
+            .post_xrc_send(ac, QP, SRQN, wr(1, op, sge(k.a_lkey, 0x1000, len)))
+            .unwrap();
+        // The first response B sends is lost.
+        let mut first = true;
+        w.drop = Box::new(move |from_a, _, _, _| !from_a && std::mem::take(&mut first));
+        w.run(200_000_000);
+        let a: Vec<_> = w.a.done.iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(a, vec![(1, Status::Success)], "len {len}: {:?}", w.a.ep.counters());
+        assert!(w.a.ep.counters().timeouts > 0);
+    }
+}
