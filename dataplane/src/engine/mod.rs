@@ -831,6 +831,12 @@ impl Engine {
                 };
                 conns.push(counters::conn_json(c.id.0, c.peer, st, &c.counters));
             }
+        } else if let Some(ep) = self
+            .transport
+            .as_any()
+            .downcast_ref::<ferroce_transport::roce::RoceEndpoint>()
+        {
+            endpoint = counters::roce_json(ep.counters());
         }
         let mut v = json!({
             "time_ns": now,
