@@ -282,7 +282,12 @@ fn a_lost_xrc_ack_is_recovered_by_the_resend() {
         w.drop = Box::new(move |from_a, _, _, _| !from_a && std::mem::take(&mut first));
         w.run(200_000_000);
         let a: Vec<_> = w.a.done.iter().map(|c| (c.wr_id, c.status)).collect();
-        assert_eq!(a, vec![(1, Status::Success)], "len {len}: {:?}", w.a.ep.counters());
+        assert_eq!(
+            a,
+            vec![(1, Status::Success)],
+            "len {len}: {:?}",
+            w.a.ep.counters()
+        );
         assert!(w.a.ep.counters().timeouts > 0);
     }
 }
