@@ -1477,7 +1477,25 @@ pub unsafe extern "C" fn ibv_modify_qp(
     if request {
         inner.requested = true;
     }
+    // A RoCEv2 QP the grace period below already created as a responder only (RTS came
+    // late: a slow or loaded application) has its send queue at PSN 0: give it the sq_psn
+    // RTS names, or its first request is out of sequence at the peer for good (the peer's
+    // NAK names a PSN this QP never sent, and every resend is out of sequence again).
+    let late_rts = st.mode == Mode::Roce
+        && new == IBV_QPS_RTS
+        && cur == IBV_QPS_RTR
+        && !request
+        && inner.requested;
+    let sq_psn = inner.sq_psn;
     drop(inner);
+    if late_rts {
+        if let Some(e) = state::running(st.mode) {
+            let ran = state::set_sq_psn(e, st.clone(), sq_psn);
+            if ran.recv_timeout(std::time::Duration::from_secs(5)).is_err() {
+                dbg_log!("QP {:#x}: the engine did not set sq_psn within 5 s", st.qpn);
+            }
+        }
+    }
     if request {
         if let (Some(e), Some(peer)) = (state::running(st.mode), peer) {
             // Return only once the engine has the stream: the application tells its peer it

@@ -149,6 +149,13 @@ impl RoceEndpoint {
         Ok(())
     }
 
+    /// Set the first send PSN of QP `qpn` (see [`Qp::set_sq_psn`]): a QP created as a
+    /// responder only (verbs RTR, no `sq_psn` yet) that then moves to RTS.
+    pub fn set_sq_psn(&mut self, c: ConnId, qpn: u32, psn: u32) -> Result<(), PostError> {
+        let i = self.qp_index(c, qpn)?;
+        self.qps[i].set_sq_psn(psn)
+    }
+
     /// Remove QP `qpn` of connection `c` with its queues (verbs RESET): packets for it are
     /// then dropped as for an unknown QP, and the QPN may be created again.
     pub fn destroy_qp(&mut self, c: ConnId, qpn: u32) -> Result<(), PostError> {

@@ -95,6 +95,8 @@ pub(crate) fn npkts(len: u32, mtu: u32) -> u32 {
 #[derive(Debug)]
 struct Requester {
     sq: VecDeque<Wqe>,
+    /// A request was ever queued: the send PSN is fixed from then on (`set_sq_psn`).
+    used: bool,
     /// Index in `sq` of the request the next packet belongs to (== sq.len() when done).
     cur: usize,
     /// PSN of the next packet to send.
@@ -258,6 +260,7 @@ impl Qp {
             mtu: cfg.effective_mtu(),
             req: Requester {
                 sq: VecDeque::new(),
+                used: false,
                 cur: 0,
                 snd_psn: sq_psn,
                 next_alloc: sq_psn,
@@ -310,6 +313,22 @@ impl Qp {
         (self.req.snd_psn, self.req.una, self.resp.epsn)
     }
 
+    /// Start the send queue at `psn` (verbs RTS's `sq_psn` for a QP created before it knew
+    /// it, as a responder only). Only while it has never queued a request (`Unsupported`
+    /// after): a PSN already on the wire cannot move.
+    pub fn set_sq_psn(&mut self, psn: u32) -> Result<(), PostError> {
+        if self.req.used {
+            return Err(PostError::Unsupported);
+        }
+        let psn = psn & wire::PSN_MASK;
+        let r = &mut self.req;
+        r.snd_psn = psn;
+        r.next_alloc = psn;
+        r.hw_psn = psn;
+        r.una = psn;
+        Ok(())
+    }
+
     // ------------------------------------------------------------------ posting
 
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
@@ -324,6 +343,7 @@ impl Qp {
         if self.state != QpState::Rts {
             return Err(PostError::StreamInError);
         }
+        self.req.used = true;
         let len = wr.len();
         if self.uc && !matches!(wr.op, SendOp::Send { .. } | SendOp::Write { .. }) {
             return Err(PostError::Unsupported);
