@@ -340,7 +340,15 @@ fn run_one(
     }
 }
 
-/// Runs the benchmark: every pattern × size × engine × condition.
+/// Combinations left out: RoCEv2 all-to-all. The harness opens a RoCEv2 host's server side
+/// with `connect(peer)`, which for a peer that is also this host's server gives the QP the
+/// client role already has (`create_stream: StreamExists`), so the pair never runs; one QP
+/// per pair carrying both directions needs the harness to share it between the two roles.
+pub fn skipped(p: Pattern, e: Engine) -> bool {
+    p == Pattern::AllToAll && e == Engine::Roce
+}
+
+/// Runs the benchmark: every pattern × size × engine × condition (less [`skipped`]).
 pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport {
     let t_all = Instant::now();
     let engines: Vec<Engine> = cfg
@@ -349,12 +357,17 @@ pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport 
         .copied()
         .filter(|&e| e != Engine::Roce || roce::AVAILABLE)
         .collect();
-    let total = cfg.patterns.len() * cfg.sizes.len() * engines.len() * cfg.conditions.len();
+    let runs = |p: Pattern| engines.iter().filter(|&&e| !skipped(p, e)).count();
+    let total: usize = cfg
+        .patterns
+        .iter()
+        .map(|&p| runs(p) * cfg.sizes.len() * cfg.conditions.len())
+        .sum();
     progress.begin("collective", total as u64);
     let mut rows = Vec::new();
     for &p in &cfg.patterns {
         for &s in &cfg.sizes {
-            for &e in &engines {
+            for &e in engines.iter().filter(|&&e| !skipped(p, e)) {
                 for &c in &cfg.conditions {
                     progress.step(&format!(
                         "{} {} KiB, {}, {}",
@@ -386,7 +399,8 @@ pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport 
              host i's receive of step k's chunk from host i-1 has completed (the data dependency, no global barrier; \
              reduction compute takes no time)".into(),
             "engines: native (default paths and controller), native with 1 path per connection, RoCEv2 RC go-back-N \
-             (local ACK timeout 65.5 µs, its best case on this fabric; retry forever)".into(),
+             (local ACK timeout 65.5 µs, its best case on this fabric; retry forever); RoCEv2 all-to-all is NOT RUN: \
+             the harness cannot yet give a RoCEv2 host both roles towards the same peer (StreamExists)".into(),
             "conditions: lossless; 1 % random loss on every host's uplink (data and ACKs); one core-aggregation link \
              down from the start, routing converged around it (ECMP no longer uses it)".into(),
         ],
