@@ -1,6 +1,7 @@
 //! The "done when" thresholds of issue 3, checked against benchmark reports. The `ferroce bench`
 //! command prints them; the shape test asserts them.
 
+use crate::collective::CollectiveReport;
 use crate::incast::IncastReport;
 use crate::loss::{LossReport, Mode};
 use crate::multipath::MultipathReport;
@@ -197,4 +198,67 @@ pub fn multipath(r: &MultipathReport) -> Vec<Check> {
         c16.map(|x| x.lost_msgs == 0 && x.errors.is_empty() && x.mem_per_conn.is_some()),
     ));
     out
+}
+
+/// Collective thresholds of issue 18 (all-to-all on 128 hosts, 1 MiB per pair): native ≥ 0.85
+/// of ideal lossless and ≥ 0.80 at 1 % loss, ≥ 2 × RoCEv2's figure at 1 % loss, and a core
+/// link down costs native ≤ 10 % more completion time. NOT MEASURED when the report has no
+/// 1 MiB all-to-all rows (quick mode).
+pub fn collective(r: &CollectiveReport) -> Vec<Check> {
+    use crate::collective::{Condition, Engine, Pattern};
+    let s = 1 << 20;
+    let row = |e, c| r.row(Pattern::AllToAll, e, c, s);
+    let frac = |e, c| row(e, c).and_then(|x| x.fraction);
+    let measured = |e, c| row(e, c).is_some();
+    let lossy = Condition::Loss(0.01);
+    let n0 = frac(Engine::Native, Condition::Lossless);
+    let n1 = frac(Engine::Native, lossy);
+    let rl = frac(Engine::Roce, lossy);
+    let jct = |c| row(Engine::Native, c).and_then(|x| x.jct_ns);
+    let down = match (jct(Condition::CoreLinkDown), jct(Condition::Lossless)) {
+        (Some(d), Some(l)) => Some(d as f64 / l as f64),
+        _ => None,
+    };
+    // A row that ran but did not complete is a fail, not "not measured".
+    let pass = |ran: bool, v: Option<f64>, ok: &dyn Fn(f64) -> bool| ran.then(|| v.is_some_and(ok));
+    vec![
+        Check::new(
+            "collective: all-to-all 128 hosts x 1 MiB, native, lossless",
+            ">= 0.85 of ideal",
+            f(n0, 4),
+            pass(measured(Engine::Native, Condition::Lossless), n0, &|v| {
+                v >= 0.85
+            }),
+        ),
+        Check::new(
+            "collective: all-to-all 128 hosts x 1 MiB, native, 1 % loss",
+            ">= 0.80 of ideal",
+            f(n1, 4),
+            pass(measured(Engine::Native, lossy), n1, &|v| v >= 0.80),
+        ),
+        Check::new(
+            "collective: all-to-all 1 MiB at 1 % loss, native vs RoCEv2",
+            ">= 2 x RoCEv2's fraction of ideal",
+            format!("native {}, RoCEv2 {}", f(n1, 4), f(rl, 4)),
+            (measured(Engine::Native, lossy) && measured(Engine::Roce, lossy)).then_some(
+                match (n1, rl) {
+                    (Some(n), Some(x)) => n >= 2.0 * x,
+                    // RoCEv2 never finishing while native does is a pass.
+                    (Some(_), None) => true,
+                    _ => false,
+                },
+            ),
+        ),
+        Check::new(
+            "collective: all-to-all 1 MiB, native, one core link down / lossless completion time",
+            "<= 1.10",
+            f(down, 4),
+            pass(
+                measured(Engine::Native, Condition::CoreLinkDown)
+                    && measured(Engine::Native, Condition::Lossless),
+                down,
+                &|v| v <= 1.10,
+            ),
+        ),
+    ]
 }

@@ -18,6 +18,7 @@
 
 pub mod alloc;
 pub mod checks;
+pub mod collective;
 pub mod cpu;
 pub mod csv;
 pub mod fabric;

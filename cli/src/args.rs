@@ -62,6 +62,10 @@ pub enum BenchWhich {
     Permutation,
     /// 1/2/4/8 planes; a plane failing and returning; 4,000 and 16,000 connections.
     Multipath,
+    /// Collectives on 128 hosts: all-to-all and ring all-reduce, S = 64 KiB - 16 MiB
+    /// (--quick: 64 KiB), native / native 1 path / RoCEv2, lossless, 1 % loss, a core link
+    /// down; completion time against the ideal. Not part of `all` (full mode takes hours).
+    Collective,
     /// All four, then the thresholds in one list.
     All,
     /// The sans-IO core alone: two endpoints exchanging WRITEs in memory (fake clock), CPU

@@ -19,12 +19,12 @@ use std::path::Path;
 use std::time::Instant;
 
 /// A progress bar on stderr; indicatif draws nothing when stderr is not a terminal.
-struct Bar {
+pub(crate) struct Bar {
     pb: RefCell<Option<(ProgressBar, bool)>>,
 }
 
 impl Bar {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Bar {
             pb: RefCell::new(None),
         }
@@ -61,14 +61,14 @@ impl Progress for Bar {
     }
 }
 
-fn opt(v: Option<f64>, d: usize) -> String {
+pub(crate) fn opt(v: Option<f64>, d: usize) -> String {
     match v {
         Some(x) if x.is_finite() => format!("{x:.d$}"),
         _ => "-".into(),
     }
 }
 
-fn header(title: &str, setup: &[String], opts: Opts) -> String {
+pub(crate) fn header(title: &str, setup: &[String], opts: Opts) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{title}");
     for s in setup {
@@ -89,7 +89,7 @@ fn header(title: &str, setup: &[String], opts: Opts) -> String {
     out
 }
 
-fn lines(title: &str, v: &[String]) -> String {
+pub(crate) fn lines(title: &str, v: &[String]) -> String {
     let mut out = format!("{title}\n");
     for s in v {
         let _ = writeln!(out, "  {s}");
@@ -97,7 +97,7 @@ fn lines(title: &str, v: &[String]) -> String {
     out
 }
 
-fn render_checks(c: &[Check]) -> String {
+pub(crate) fn render_checks(c: &[Check]) -> String {
     let mut out = String::from("issue 3 thresholds:\n");
     for x in c {
         let _ = writeln!(
@@ -112,12 +112,12 @@ fn render_checks(c: &[Check]) -> String {
     out
 }
 
-fn files_line(paths: &[&Path]) -> String {
+pub(crate) fn files_line(paths: &[&Path]) -> String {
     let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     format!("written: {}\n", v.join(", "))
 }
 
-fn write_csv(c: &ferroce_benches::csv::Csv, path: &Path) -> Result<(), String> {
+pub(crate) fn write_csv(c: &ferroce_benches::csv::Csv, path: &Path) -> Result<(), String> {
     c.write(path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
@@ -778,6 +778,9 @@ fn run_benches(
             ));
             sum.push((format!("permutation {p} paths: drops"), x.drops.to_string()));
         }
+    }
+    if which == BenchWhich::Collective {
+        ok &= crate::bench_collective::run(opts, out, suffix)?;
     }
     if all || which == BenchWhich::Multipath {
         let r = multipath::run(&MultipathConfig::new(opts), &bar);

@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod bench_collective;
 mod compliance;
 mod format;
 mod loss_real;

@@ -64,6 +64,12 @@ pub struct Client {
     /// Which of the server's atomic words this client uses per stream (clients of one server
     /// need their own, since each checks the originals its atomics return).
     pub atomic_lane: u32,
+    /// Chained to this host's receives (a ring collective's data dependency): work request
+    /// k of stream 0 is posted only once the host's server role has completed k receives,
+    /// i.e. the previous step's chunk has arrived. See [`NodeHost::chain_client`].
+    pub chained: bool,
+    /// Work requests of stream 0 allowed so far when `chained`.
+    post_limit: u32,
 }
 
 impl Client {
@@ -353,8 +359,42 @@ impl NodeHost {
             record_latencies: true,
             round: 0,
             atomic_lane: 0,
+            chained: false,
+            post_limit: u32::MAX,
         });
         idx
+    }
+
+    /// Chain client `idx` to this host's receives: its work request k (stream 0) is posted
+    /// only after the server role has completed k receives (WRITE_WITH_IMM or SEND from the
+    /// upstream host), so each step of a ring starts when the previous step's data is here.
+    /// Call before the client's start time.
+    pub fn chain_client(&mut self, idx: usize) {
+        let done = self.server_role.as_ref().map_or(0, |s| s.recvs_done);
+        if let Some(cl) = self.clients.get_mut(idx) {
+            cl.chained = true;
+            cl.post_limit = (done + 1).min(u32::MAX as u64) as u32;
+        }
+    }
+
+    /// A receive completed: let chained clients post the work it unblocked.
+    fn release_chained(&mut self, now: u64) {
+        let done = self.server_role.as_ref().map_or(0, |s| s.recvs_done);
+        let limit = (done + 1).min(u32::MAX as u64) as u32;
+        for cl in self.clients.iter_mut().filter(|c| c.chained) {
+            if limit <= cl.post_limit {
+                continue;
+            }
+            cl.post_limit = limit;
+            if !cl.posted {
+                continue;
+            }
+            while cl.next_post[0] < limit.min(cl.spec.messages)
+                && cl.next_post[0] - cl.next_done[0] < cl.spec.depth
+            {
+                Self::post_next(&mut *self.ep, &mut self.mem, cl, 0, now, &mut self.errors);
+            }
+        }
     }
 
     /// The first client role, if any.
@@ -515,7 +555,7 @@ impl NodeHost {
     ) {
         let su = s as usize;
         let i = cl.next_post[su];
-        if i >= cl.spec.messages {
+        if i >= cl.spec.messages || (cl.chained && s == 0 && i >= cl.post_limit) {
             return;
         }
         cl.next_post[su] += 1;
@@ -776,6 +816,7 @@ impl NodeHost {
                 }
                 let conn = c.conn;
                 Self::post_recv(&mut *self.ep, sv, conn, s, &mut self.errors);
+                self.release_chained(now);
             }
             _ => self.completions.push(c),
         }
