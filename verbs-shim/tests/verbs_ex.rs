@@ -136,43 +136,7 @@ fn xrc_send_write_read_and_atomics_through_the_abi() {
     }
     let libs = abi::lib_dir("xrc_rdma");
     let bin = abi::build_c(&libs, "xrc_rdma");
-    let pair = VethPair::create("xd", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
-    if !abi::hairpin(&pair.ns[1], &pair.ifname[1]) {
-        eprintln!("SKIPPED: no hairpin");
-        return;
-    }
-    let mut failures = Vec::new();
-    for dev in modes() {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &pair.ns[0], "timeout", "-k", "5", "60"])
-            .arg(&bin)
-            .args(["-d", dev])
-            .env("LD_LIBRARY_PATH", &libs)
-            .env("FERROCE_IP", "198.18.0.11")
-            .env(
-                "FERROCE_PMD",
-                format!("net_af_packet0,iface={},framecnt=8192", pair.ifname[0]),
-            )
-            .env_remove("FERROCE_LOSS")
-            .output()
-            .expect("run xrc_rdma");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let checks = text.lines().filter(|l| l.ends_with(": ok")).count();
-        eprintln!("xrc_rdma over {dev}: {checks} checks ok");
-        if out.status.code() != Some(0) || !text.contains("RESULT ok") || checks != 13 {
-            failures.push(format!(
-                "over {dev} (exit {:?}; 124: timed out):\n{text}",
-                out.status.code()
-            ));
-        }
-    }
-    drop(pair);
-    std::fs::remove_dir_all(&libs).ok();
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    run_over_hairpin("xrc_rdma", "xd", &bin, &libs, |_| 13);
 }
 
 /// The ferrocedv extension API (`include/ferrocedv.h`, `tests/c/ferrocedv.c`): two RC QPs of
@@ -189,7 +153,27 @@ fn ferrocedv_queries_paths_and_planes_over_the_shim() {
     }
     let libs = abi::lib_dir("ferrocedv");
     let bin = abi::build_c_shim(&libs, "ferrocedv");
-    let pair = VethPair::create("dv", ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
+    // Native runs every check; RoCEv2 stops after its EOPNOTSUPP check.
+    run_over_hairpin("ferrocedv", "dv", &bin, &libs, |dev| {
+        if dev.ends_with("rocev2") {
+            7
+        } else {
+            18
+        }
+    });
+}
+
+/// Run C test `bin` once per device in a namespace whose veth's far end reflects every frame
+/// (two QPs of one process reach each other through it), and require exit 0, `RESULT ok`, no
+/// `: FAIL` line and `want(device)` checks ok. Removes `libs` afterwards.
+fn run_over_hairpin(
+    name: &str,
+    tag: &str,
+    bin: &std::path::Path,
+    libs: &std::path::Path,
+    want: impl Fn(&str) -> usize,
+) {
+    let pair = VethPair::create(tag, ["198.18.0.1", "198.18.0.2"], 24).expect("veth pair");
     if !abi::hairpin(&pair.ns[1], &pair.ifname[1]) {
         eprintln!("SKIPPED: no hairpin");
         return;
@@ -198,9 +182,9 @@ fn ferrocedv_queries_paths_and_planes_over_the_shim() {
     for dev in modes() {
         let out = Command::new("ip")
             .args(["netns", "exec", &pair.ns[0], "timeout", "-k", "5", "60"])
-            .arg(&bin)
+            .arg(bin)
             .args(["-d", dev])
-            .env("LD_LIBRARY_PATH", &libs)
+            .env("LD_LIBRARY_PATH", libs)
             .env("FERROCE_IP", "198.18.0.11")
             .env(
                 "FERROCE_PMD",
@@ -208,16 +192,15 @@ fn ferrocedv_queries_paths_and_planes_over_the_shim() {
             )
             .env_remove("FERROCE_LOSS")
             .output()
-            .expect("run ferrocedv");
+            .unwrap_or_else(|e| panic!("run {name}: {e}"));
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
         let checks = text.lines().filter(|l| l.ends_with(": ok")).count();
-        eprintln!("ferrocedv over {dev}: {checks} checks ok\n{text}");
-        // Native runs every check; RoCEv2 stops after its EOPNOTSUPP check.
-        let want = if dev.ends_with("rocev2") { 7 } else { 18 };
+        let want = want(dev);
+        eprintln!("{name} over {dev}: {checks} checks ok");
         if out.status.code() != Some(0)
             || !text.contains("RESULT ok")
             || text.contains(": FAIL")
@@ -230,6 +213,6 @@ fn ferrocedv_queries_paths_and_planes_over_the_shim() {
         }
     }
     drop(pair);
-    std::fs::remove_dir_all(&libs).ok();
+    std::fs::remove_dir_all(libs).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
