@@ -163,6 +163,21 @@ fn ferrocedv_queries_paths_and_planes_over_the_shim() {
     });
 }
 
+/// A RoCEv2 QP that stays in RTR past the shim's grace period (created then as a responder
+/// only, send PSN 0) and then moves to RTS sends from the sq_psn RTS names
+/// (`tests/c/late_rts.c`): before the fix its WRITE never completed on `ferroce0_rocev2`
+/// (every request out of sequence at the peer). Both devices.
+#[test]
+fn a_qp_late_to_rts_sends_from_its_sq_psn() {
+    if !is_root() || ferroce_dataplane::config::pmd_dir().is_none() {
+        eprintln!("SKIPPED: needs root and DPDK's PMDs");
+        return;
+    }
+    let libs = abi::lib_dir("late_rts");
+    let bin = abi::build_c(&libs, "late_rts");
+    run_over_hairpin("late_rts", "lr", &bin, &libs, |_| 5);
+}
+
 /// Run C test `bin` once per device in a namespace whose veth's far end reflects every frame
 /// (two QPs of one process reach each other through it), and require exit 0, `RESULT ok`, no
 /// `: FAIL` line and `want(device)` checks ok. Removes `libs` afterwards.
