@@ -12,36 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", what, ok ? "ok" : "FAIL");
-	fflush(stdout);
-	if (!ok)
-		failed = 1;
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	double t0 = now_s();
-	while (now_s() - t0 < 10) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n < 0)
-			return 0;
-		if (n == 1)
-			return 1;
-		usleep(100);
-	}
-	return 0;
-}
+#include "common.h"
 
 static int to_init(struct ibv_qp *q)
 {
