@@ -340,6 +340,12 @@ impl Connection {
                     chunk: s.cursor_chunk,
                 });
                 s.cursor_chunk += 1;
+                // Past the WR's last chunk now, not on the next call: `more` below, and so
+                // the packet's BACKLOG flag, must not count a WR with nothing left to send.
+                if s.cursor_chunk >= w.chunks {
+                    s.cursor_msn = s.cursor_msn.wrapping_add(1);
+                    s.cursor_chunk = 0;
+                }
                 break;
             }
             let d = s.cursor_msn.wrapping_sub(s.base_msn) as usize;
