@@ -652,6 +652,9 @@ pub struct RxPath {
     /// rides the next ACK datagram too (or its delayed-ACK timer sends it), so one lost
     /// ACK_MULTI does not leave it silent.
     pub rode: bool,
+    /// A LAST packet with BACKLOG arrived and is not yet acknowledged: it rides the next ACK
+    /// datagram of its plane (spec/transport.md §6.2) instead of costing one of its own.
+    pub held_last: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

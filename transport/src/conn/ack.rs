@@ -332,9 +332,11 @@ impl Connection {
     }
 
     /// Whether a path with no ACK due joins an ACK_MULTI: at least half of `ack_every`
-    /// packets unacknowledged, or a rider not yet acknowledged a second time.
+    /// packets unacknowledged, a LAST packet held (§6.2), or a rider not yet acknowledged a
+    /// second time.
     fn rides(&self, r: &RxPath) -> bool {
-        self.cfg.ack_multi_riders && (r.unacked >= (self.cfg.ack_every / 2).max(1) || r.rode)
+        self.cfg.ack_multi_riders
+            && (r.unacked >= (self.cfg.ack_every / 2).max(1) || r.rode || r.held_last)
     }
 
     /// An ACK_MULTI led by the due path `first`; None if no other path has news (the caller
@@ -372,6 +374,7 @@ impl Connection {
             if w.push(&b) {
                 rx.ack_now = false;
                 rx.unacked = 0;
+                rx.held_last = false;
                 // A first ride keeps the delayed-ACK timer: the path is acknowledged again
                 // by the next ACK datagram or when the timer fires, whichever is first.
                 rx.rode = first_ride;
@@ -401,6 +404,7 @@ impl Connection {
         rx.unacked = 0;
         rx.first_unacked_at = None;
         rx.rode = false;
+        rx.held_last = false;
         let a = AckRepr {
             cum_psn: rx.cum,
             sack: rx.sack,
