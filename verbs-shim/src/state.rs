@@ -833,7 +833,7 @@ fn forget_conn(mode: Mode, conn: ConnId) {
 /// gets `()` once the engine has run the request: the stream exists then, or (native, the
 /// side that accepts) the QP is registered to get it when the peer's connection arrives, so a
 /// request from the peer can no longer find no stream. `ibv_modify_qp` waits for it.
-/// A RoCEv2 QP created before RTS (a responder only) moved to RTS: start its send queue at
+/// A RoCEv2 QP (created at RTR, a responder only until now) moved to RTS: start its send queue at
 /// `sq_psn`. Nothing to do if its engine QP does not exist yet (its creation reads the
 /// sq_psn RTS stored) or it has no connection.
 pub fn set_sq_psn(
@@ -846,10 +846,7 @@ pub fn set_sq_psn(
         let conn = lock(&qp.inner).conn;
         if let (Some(c), Some(ep)) = (conn, t.as_any_mut().downcast_mut::<RoceEndpoint>()) {
             let r = ep.set_sq_psn(c, qp.qpn, sq_psn);
-            dbg_log!(
-                "QP {:#x}: sq_psn {sq_psn:#x} after a late RTS: {r:?}",
-                qp.qpn
-            );
+            dbg_log!("QP {:#x}: sq_psn {sq_psn:#x} at RTS: {r:?}", qp.qpn);
         }
         let _ = done.send(());
     }))));

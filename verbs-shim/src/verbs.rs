@@ -1463,32 +1463,26 @@ pub unsafe extern "C" fn ibv_modify_qp(
     inner.state = new;
     // SAFETY: the application's live ibv_qp.
     unsafe { (*qp).state = new };
-    let want_stream = match st.mode {
-        Mode::Native => new == IBV_QPS_RTR || new == IBV_QPS_RTS,
-        // An XRC target only responds (its responses take the requests' PSNs): it needs no
-        // sq_psn and usually stays in RTR.
-        Mode::Roce => {
-            new == IBV_QPS_RTS
-                || (new == IBV_QPS_RTR && matches!(st.xrc, Some(crate::xrc::XrcRole::Recv(_))))
-        }
-    };
+    // The engine's QP exists from RTR on, so that it answers requests as soon as the
+    // application tells its peer it is ready (IBTA: an RTR QP responds). A RoCEv2 QP gets
+    // its send queue's PSN at RTS (below); until then it only responds.
+    let want_stream = new == IBV_QPS_RTR || new == IBV_QPS_RTS;
     let peer = inner.peer;
     let request = want_stream && !inner.requested;
     if request {
         inner.requested = true;
     }
-    // A RoCEv2 QP the grace period below already created as a responder only (RTS came
-    // late: a slow or loaded application) has its send queue at PSN 0: give it the sq_psn
-    // RTS names, or its first request is out of sequence at the peer for good (the peer's
-    // NAK names a PSN this QP never sent, and every resend is out of sequence again).
-    let late_rts = st.mode == Mode::Roce
+    // A RoCEv2 QP created at RTR has its send queue at PSN 0: give it the sq_psn RTS
+    // names, or its first request is out of sequence at the peer for good (the peer's NAK
+    // names a PSN this QP never sent, and every resend is out of sequence again).
+    let rts_after_rtr = st.mode == Mode::Roce
         && new == IBV_QPS_RTS
         && cur == IBV_QPS_RTR
         && !request
         && inner.requested;
     let sq_psn = inner.sq_psn;
     drop(inner);
-    if late_rts {
+    if rts_after_rtr {
         if let Some(e) = state::running(st.mode) {
             let ran = state::set_sq_psn(e, st.clone(), sq_psn);
             if ran.recv_timeout(std::time::Duration::from_secs(5)).is_err() {
@@ -1510,26 +1504,6 @@ pub unsafe extern "C" fn ibv_modify_qp(
                 );
             }
         }
-    }
-    if st.mode == Mode::Roce && new == IBV_QPS_RTR && cur == IBV_QPS_INIT {
-        // A RoCEv2 QP is created with both PSNs, and sq_psn comes with RTS. Applications
-        // move to RTS right after RTR; a QP that stays in RTR (perftest's passive side)
-        // only responds, so it is created with sq_psn 0 after a short grace period.
-        let st2 = st.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            let mut inner = lock(&st2.inner);
-            if inner.requested || inner.state != IBV_QPS_RTR {
-                return;
-            }
-            inner.requested = true;
-            let peer = inner.peer;
-            drop(inner);
-            if let (Some(e), Some(peer)) = (state::running(st2.mode), peer) {
-                dbg_log!("QP {:#x} stays in RTR: responder only", st2.qpn);
-                state::request_stream(e, st2, peer);
-            }
-        });
     }
     if new == IBV_QPS_ERR && cur != IBV_QPS_ERR {
         state::flush_qp(st);
