@@ -329,6 +329,9 @@ pub struct Connection {
     /// gap of the last paced packet, which spaces the next release (§2.1).
     pace_batch: bool,
     pace_gap: u64,
+    /// How long past `pace_next` a batch is held: `n - 1` gaps (`pace_release_at`), kept
+    /// with `pace_gap`.
+    pace_hold: u64,
     /// The next packet starts a new paced run (after idling or being held by a window or a
     /// NIC port): it gets no catch-up credit.
     pace_fresh: bool,
@@ -487,6 +490,7 @@ impl Connection {
             pace_armed: false,
             pace_batch: false,
             pace_gap: 0,
+            pace_hold: 0,
             pace_fresh: true,
             last_ack_at: 0,
             hint_req_at: None,

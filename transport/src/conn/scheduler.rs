@@ -127,11 +127,10 @@ impl Connection {
     /// within a released batch, otherwise once a batch is due: `n - 1` gaps of the last
     /// paced packet after `pace_next`, `n = min(pace_burst, 1 + pace_quantum / gap)`.
     pub(super) fn pace_release_at(&self) -> u64 {
-        if self.pace_batch || self.cfg.pace_burst <= 1 || self.pace_gap == 0 {
+        if self.pace_batch {
             return self.pace_next;
         }
-        let held = (self.cfg.pace_quantum_ns / self.pace_gap).min(self.cfg.pace_burst as u64 - 1);
-        self.pace_next + held * self.pace_gap
+        self.pace_next + self.pace_hold
     }
 
     pub(super) fn emit_data(
@@ -516,7 +515,16 @@ impl Connection {
                 self.pace_next.max(now.saturating_sub(gap * credit as u64))
             };
             self.pace_next = from + gap;
-            self.pace_gap = gap;
+            if gap != self.pace_gap {
+                // `pace_release_at` runs on every poll: its division is done here, once per
+                // change of the gap.
+                self.pace_gap = gap;
+                self.pace_hold = if self.cfg.pace_burst <= 1 || gap == 0 {
+                    0
+                } else {
+                    (self.cfg.pace_quantum_ns / gap).min(self.cfg.pace_burst as u64 - 1) * gap
+                };
+            }
             // The batch lasts while packets are due; the next one waits for a full batch.
             self.pace_batch &= self.pace_next <= now;
             self.pace_armed = self.pace_release_at() > now;
