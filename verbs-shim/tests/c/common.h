@@ -25,11 +25,11 @@ static inline double now_s(void)
 	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-/* One completion of `cq` within 10 s; 1 if one arrived. */
-static inline int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
+/* One completion of `cq` within `secs`; 1 if one arrived. */
+static inline int poll_one_for(struct ibv_cq *cq, struct ibv_wc *wc, double secs)
 {
 	double t0 = now_s();
-	while (now_s() - t0 < 10) {
+	while (now_s() - t0 < secs) {
 		int n = ibv_poll_cq(cq, 1, wc);
 		if (n < 0)
 			return 0;
@@ -38,5 +38,11 @@ static inline int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 		usleep(100);
 	}
 	return 0;
+}
+
+/* One completion of `cq` within 10 s; 1 if one arrived. */
+static inline int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	return poll_one_for(cq, wc, 10);
 }
 #endif

@@ -17,37 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", what, ok ? "ok" : "FAIL");
-	fflush(stdout);
-	if (!ok)
-		failed = 1;
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/* Poll one completion of `cq` for up to `secs`; 1 if one arrived. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, double secs)
-{
-	double t0 = now_s();
-	while (now_s() - t0 < secs) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n < 0)
-			return 0;
-		if (n == 1)
-			return 1;
-		usleep(100);
-	}
-	return 0;
-}
+#include "common.h"
 
 struct pair {
 	struct ibv_cq *cq_a, *cq_b;
@@ -158,9 +128,9 @@ static int one_op(struct ibv_context *ctx, struct ibv_pd *pd_a, struct ibv_pd *p
 		goto out;
 	if (post_send(p.a, op, 1, src, len, lkey, raddr, rkey))
 		goto out;
-	if (poll_one(p.cq_a, &wc, 10))
+	if (poll_one(p.cq_a, &wc))
 		st = wc.status;
-	if (op == IBV_WR_SEND && poll_one(p.cq_b, &wc, 0.5))
+	if (op == IBV_WR_SEND && poll_one_for(p.cq_b, &wc, 0.5))
 		*recv_status = wc.status;
 out:
 	free_pair(&p);
@@ -304,8 +274,8 @@ int main(int argc, char **argv)
 		memset(buf2, 0, 64);
 		check(!post_recv(p.b, 6, buf2, 64, mr2->lkey) && !ibv_post_send(p.a, &w, &bad),
 		      "inline SEND posted");
-		int ok = poll_one(p.cq_a, &wc, 10) && wc.status == IBV_WC_SUCCESS;
-		ok = ok && poll_one(p.cq_b, &wc, 10) && wc.status == IBV_WC_SUCCESS;
+		int ok = poll_one(p.cq_a, &wc) && wc.status == IBV_WC_SUCCESS;
+		ok = ok && poll_one(p.cq_b, &wc) && wc.status == IBV_WC_SUCCESS;
 		check(ok && !memcmp(buf2, msg, sizeof msg), "inline SEND delivered");
 		free_pair(&p);
 	}
@@ -322,7 +292,7 @@ int main(int argc, char **argv)
 				 mr2->rkey),
 		      "1 MiB WRITE posted");
 		check(!ibv_dereg_mr(t), "source MR deregistered with the WRITE outstanding");
-		int got = poll_one(p.cq_a, &wc, 10);
+		int got = poll_one(p.cq_a, &wc);
 		check(got && (wc.status == IBV_WC_SUCCESS || wc.status == IBV_WC_LOC_PROT_ERR),
 		      "its completion: success or IBV_WC_LOC_PROT_ERR");
 		free(tmp);
@@ -351,8 +321,8 @@ int main(int argc, char **argv)
 		      "the 33rd receive: ENOMEM");
 		/* One receive consumed: room for one more. */
 		ok = !post_send(p.a, IBV_WR_SEND, 7, buf, 16, mr->lkey, 0, 0) &&
-		     poll_one(p.cq_a, &wc, 10) && wc.status == IBV_WC_SUCCESS &&
-		     poll_one(p.cq_b, &wc, 10) && wc.status == IBV_WC_SUCCESS;
+		     poll_one(p.cq_a, &wc) && wc.status == IBV_WC_SUCCESS &&
+		     poll_one(p.cq_b, &wc) && wc.status == IBV_WC_SUCCESS;
 		check(ok, "a SEND takes one of them");
 		check(!post_recv(p.b, 201, buf2, 64, mr2->lkey), "then one more receive fits");
 		free_pair(&p);
