@@ -31,6 +31,15 @@ pub fn data_frame_bytes(payload: u32) -> u64 {
         + payload as u64
 }
 
+/// Wire bytes of a RoCEv2 RDMA WRITE of `payload` bytes per packet, averaged over a message
+/// of `packets` packets: BTH and ICRC on every packet, the RETH on the first only.
+pub fn roce_frame_bytes(payload: u32, packets: u32) -> f64 {
+    use ferroce_transport::roce::wire::{BTH_LEN, ICRC_LEN, RETH_LEN};
+    (BTH_LEN + ICRC_LEN + FRAME_OVERHEAD + PREAMBLE_IFG) as f64
+        + payload as f64
+        + RETH_LEN as f64 / packets.max(1) as f64
+}
+
 /// Wire bytes of a native ACK.
 pub fn ack_frame_bytes() -> u64 {
     (BASE_LEN + ACK_BODY_LEN + TRAILER_LEN + FRAME_OVERHEAD + PREAMBLE_IFG) as u64

@@ -216,6 +216,14 @@ impl LossReport {
         Some(n.goodput_gbps / r.goodput_gbps)
     }
 
+    /// What per-packet headers alone allow native over RoCEv2 with full packets: the wire
+    /// bytes of a RoCEv2 WRITE packet (BTH + ICRC, a RETH per message) over a native one (its
+    /// 52-byte WRITE header with every packet's placement). Both carry the same framing.
+    pub fn header_ceiling(&self) -> f64 {
+        let packets = self.config.msg_size.div_ceil(MTU as u32);
+        fabric::roce_frame_bytes(MTU as u32, packets) / fabric::data_frame_bytes(MTU as u32) as f64
+    }
+
     /// Best RoCEv2 row at random loss `p`.
     pub fn best_roce(&self, p: f64) -> Option<&LossRow> {
         AckTimeout::ALL

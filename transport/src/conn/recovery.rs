@@ -197,6 +197,19 @@ impl Connection {
         })
     }
 
+    /// PATH-9 for a connection that has data again: no away path's home probe is further
+    /// than `HOME_PROBE_RTTS` base RTTs away.
+    pub(super) fn cap_home_probes(&mut self, now: u64) {
+        let cap = (HOME_PROBE_RTTS * self.base_rtt()).max(1);
+        for i in 0..self.paths.len() {
+            let p = &mut self.paths[i];
+            if p.plane != p.home_plane && p.home_probe_at.is_some_and(|t| t > now + cap) {
+                p.home_probe_at = Some(now + cap);
+                self.mark_path(i);
+            }
+        }
+    }
+
     pub(crate) fn handle_timeout(&mut self, now: u64) {
         // The pacer's wake-up alone (one per packet at a paced rate): no path, ACK, control
         // or hint deadline is due, so the passes over the paths below would find nothing.

@@ -159,6 +159,11 @@ impl Connection {
             }
         }
         let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
+        if inflight == 0 && self.has_unsent() {
+            // Busy again after an idle spell: a backed-off home probe comes forward now, not
+            // at the next full timer pass, which a busy flow may not reach for a long time.
+            self.cap_home_probes(now);
+        }
         if inflight > 0 && inflight as f64 + self.mtu as f64 > self.conn_window() {
             self.pace_fresh = true; // held by the window, not late: no catch-up credit
             return None;
