@@ -124,6 +124,46 @@ pub fn incast(r: &IncastReport) -> Vec<Check> {
     ]
 }
 
+/// Issue 17's incast thresholds, for every N the report ran (a threshold whose N did not run
+/// is NOT MEASURED): 127:1 without drops and settled within 3 base RTTs, 64:1 within 2,
+/// slowest / fastest completion ≤ 1.02 and the late joiner at its share within 2 RTTs at
+/// every N, hints on.
+pub fn incast_fan_in(r: &IncastReport) -> Vec<Check> {
+    let mut out = Vec::new();
+    let r127 = r.row(127, true);
+    out.push(Check::new(
+        "incast 127:1, hints on: drops",
+        "0",
+        r127.map_or("-".into(), |x| x.drops.to_string()),
+        r127.map(|x| x.drops == 0),
+    ));
+    for (n, max) in [(127, 3.0), (64, 2.0)] {
+        let s = r.row(n, true).map(|x| x.settle_rtts);
+        out.push(Check::new(
+            &format!("incast {n}:1, hints on: settle time"),
+            &format!("<= {max} base RTTs"),
+            f(s.flatten(), 2),
+            s.map(|v| v.is_some_and(|v| v <= max)),
+        ));
+    }
+    for x in r.rows.iter().filter(|x| x.hints) {
+        let n = x.senders;
+        out.push(Check::new(
+            &format!("incast {n}:1, hints on: slowest / fastest flow completion"),
+            "<= 1.02",
+            f(Some(x.fct_max_min), 4),
+            Some(x.fct_max_min <= 1.02),
+        ));
+        out.push(Check::new(
+            &format!("incast {n}:1, hints on: late joiner reaches its fair share (+-25 %)"),
+            "<= 2 base RTTs",
+            f(x.join_rtts, 2),
+            Some(x.join_rtts.is_some_and(|v| v <= 2.0)),
+        ));
+    }
+    out
+}
+
 /// Permutation threshold: worst flow ≥ 0.85 of line rate with spraying.
 pub fn permutation(r: &PermutationReport) -> Vec<Check> {
     let w = r.spraying().map(|x| x.worst_rate);

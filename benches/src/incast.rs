@@ -44,6 +44,10 @@ pub struct IncastConfig {
     pub hold_rtts: u64,
     /// Late joiner within ± this fraction of its fair share.
     pub join_tol: f64,
+    /// The pictures (`plot`) show the synchronised run's first this many base RTTs ...
+    pub plot_rtts: u64,
+    /// ... one point every this many samples.
+    pub plot_step: usize,
 }
 
 impl IncastConfig {
@@ -64,6 +68,8 @@ impl IncastConfig {
             share_tol: 0.20,
             hold_rtts: 1,
             join_tol: 0.25,
+            plot_rtts: 40,
+            plot_step: 4,
         }
     }
 }
@@ -96,6 +102,19 @@ pub struct IncastRow {
     pub errors: Vec<String>,
     pub events: u64,
     pub wall_s: f64,
+    /// The synchronised run over time, for the pictures.
+    pub trace: IncastTrace,
+}
+
+/// The synchronised run over time (time in base RTTs from 0): the aggregate and every
+/// sender's rate in the 1-RTT window ending there (raw and fluid, as the settle metric reads
+/// them), and the bottleneck queue (the receiver's ToR port) at that moment.
+#[derive(Clone, Debug, Default)]
+pub struct IncastTrace {
+    pub t_rtts: Vec<f64>,
+    pub agg_gbps: Vec<f64>,
+    pub sender_gbps: Vec<Vec<f64>>,
+    pub queue_bytes: Vec<u64>,
 }
 
 /// Result of the incast benchmark.
@@ -191,6 +210,7 @@ fn workload(cfg: &IncastConfig, bytes: u64) -> WorkloadSpec {
 
 struct RunOut {
     log: DeliveryLog,
+    queue: Vec<u64>,
     handles: Vec<FlowHandle>,
     sim: Sim<NodeHost>,
     completed: bool,
@@ -221,6 +241,7 @@ fn run_flows(
         .map(|&h| std::net::Ipv4Addr::from(sim.host_ip(h)))
         .collect();
     let mut sampler = Sampler::new(RECEIVER, &ips, T0, cfg.sample_ns);
+    sampler.watch_queue_to(&sim, RECEIVER);
     for (i, &at) in starts.iter().enumerate() {
         sampler.log.set_origin(i, at);
     }
@@ -236,6 +257,7 @@ fn run_flows(
     sim.run_until(t);
     RunOut {
         log: sampler.log,
+        queue: sampler.queue,
         handles,
         sim,
         completed,
@@ -275,6 +297,7 @@ fn run_config(cfg: &IncastConfig, n: usize, hints: bool, rtt: u64) -> IncastRow 
     let settle_rtts = to_rtts(settle);
     let agg_rtts = to_rtts(st.aggregate);
     let fair_rtts = to_rtts(st.fair);
+    let trace = trace(cfg, log, &agg, &fluid, &out.queue, w_samples, rtt);
     let g_ff = log.index_of(first_finish).min(log.samples - 1);
     let shares: Vec<f64> = (0..n).map(|i| log.raw_cumulative(i)[g_ff]).collect();
     let jain = rates::jain(&shares);
@@ -352,7 +375,149 @@ fn run_config(cfg: &IncastConfig, n: usize, hints: bool, rtt: u64) -> IncastRow 
         errors,
         events,
         wall_s: t_wall.elapsed().as_secs_f64(),
+        trace,
     }
+}
+
+fn trace(
+    cfg: &IncastConfig,
+    log: &DeliveryLog,
+    agg: &[f64],
+    fluid: &[Vec<f64>],
+    queue: &[u64],
+    w: usize,
+    rtt: u64,
+) -> IncastTrace {
+    let end = ((cfg.plot_rtts * rtt / cfg.sample_ns) as usize).min(log.samples);
+    let gbps = |bytes: f64| bytes * 8.0 / (w as u64 * cfg.sample_ns) as f64;
+    let gs: Vec<usize> = (w..end).step_by(cfg.plot_step.max(1)).collect();
+    IncastTrace {
+        t_rtts: gs
+            .iter()
+            .map(|&g| (g as u64 * cfg.sample_ns) as f64 / rtt as f64)
+            .collect(),
+        agg_gbps: gs.iter().map(|&g| gbps(window(agg, g, w))).collect(),
+        sender_gbps: fluid
+            .iter()
+            .map(|f| gs.iter().map(|&g| gbps(window(f, g, w))).collect())
+            .collect(),
+        // Sample g's queue was read at the end of sample g (the log's first sample is 1).
+        queue_bytes: gs
+            .iter()
+            .map(|&g| queue.get(g.wrapping_sub(1)).copied().unwrap_or(0))
+            .collect(),
+    }
+}
+
+/// Draws one configuration's synchronised run: the aggregate, every sender's (fluid) rate and
+/// the bottleneck queue over time, three panels sharing the time axis.
+pub fn plot(r: &IncastReport, row: &IncastRow, path: &std::path::Path) -> Result<(), String> {
+    use crate::plot::{self, Axes, Series};
+    let t = &row.trace;
+    let x = (0.0, r.config.plot_rtts as f64);
+    let n = row.senders.max(1);
+    let line = LINK_BPS as f64 / 1e9;
+    let fair = line / n as f64;
+    let hints = if row.hints { "on" } else { "off" };
+    let pts = |ys: &[f64]| -> Vec<(f64, f64)> {
+        t.t_rtts.iter().cloned().zip(ys.iter().cloned()).collect()
+    };
+    let flat = |y: f64| vec![(x.0, y), (x.1, y)];
+    let settle = match row.settle_rtts {
+        Some(s) => format!("settles at {s:.2} RTTs"),
+        None => "never settles".into(),
+    };
+    let agg = vec![
+        Series {
+            dashed: true,
+            ..Series::line(
+                format!(
+                    "{:.0} % of line rate (settle bound)",
+                    r.config.agg_target * 100.0
+                ),
+                plot::GREY,
+                flat(line * r.config.agg_target),
+            )
+        },
+        Series::line("aggregate", plot::NATIVE_COLORS[2], pts(&t.agg_gbps)),
+    ];
+    let top = t
+        .sender_gbps
+        .iter()
+        .flat_map(|s| s.iter().cloned())
+        .fold(fair * 2.0, f64::max)
+        .min(line);
+    let mut senders: Vec<Series> = t
+        .sender_gbps
+        .iter()
+        .map(|s| Series {
+            width: 1,
+            ..Series::line("", plot::NATIVE_COLORS[0], pts(s))
+        })
+        .collect();
+    for (k, label) in [
+        (1.0 - r.config.share_tol, "fair share +- tolerance"),
+        (1.0 + r.config.share_tol, ""),
+    ] {
+        senders.push(Series {
+            dashed: true,
+            ..Series::line(label, plot::ROCE_COLORS[0], flat(fair * k))
+        });
+    }
+    let q: Vec<f64> = t.queue_bytes.iter().map(|&b| b as f64 / 1e3).collect();
+    let cap = BDP_BYTES as f64 / 1e3;
+    let queue = vec![
+        Series {
+            dashed: true,
+            ..Series::line("capacity (1 BDP)", plot::ROCE_COLORS[0], flat(cap))
+        },
+        Series::line("receiver's ToR port", plot::NATIVE_COLORS[2], pts(&q)),
+    ];
+    let x_desc = "time since every sender's first WRITE (base RTTs)".to_string();
+    plot::panels(
+        path,
+        (960, 1200),
+        &[
+            (
+                Axes {
+                    title: format!(
+                        "incast {n}:1, hints {hints}: aggregate goodput ({settle}, {} drops)",
+                        row.drops
+                    ),
+                    x_desc: x_desc.clone(),
+                    y_desc: "Gb/s (1-RTT window)".into(),
+                    x,
+                    y: (0.0, line * 1.05),
+                    log_x: false,
+                },
+                agg,
+            ),
+            (
+                Axes {
+                    title: format!(
+                        "every sender's rate (fluid, 1-RTT window), fair share {fair:.2} Gb/s"
+                    ),
+                    x_desc: x_desc.clone(),
+                    y_desc: "Gb/s".into(),
+                    x,
+                    y: (0.0, top * 1.05),
+                    log_x: false,
+                },
+                senders,
+            ),
+            (
+                Axes {
+                    title: "bottleneck queue (the receiver's ToR output port)".into(),
+                    x_desc,
+                    y_desc: "kB".into(),
+                    x,
+                    y: (0.0, cap * 1.1),
+                    log_x: false,
+                },
+                queue,
+            ),
+        ],
+    )
 }
 
 /// Runs the benchmark.

@@ -48,6 +48,8 @@ pub struct PermutationRow {
     /// Best flow, 10th percentile.
     pub best_rate: f64,
     pub p10_rate: f64,
+    /// Every flow's rate (fraction of line rate), ascending: the CDF's points.
+    pub rates: Vec<f64>,
     pub retransmits: u64,
     pub timeouts: u64,
     pub drops: u64,
@@ -146,6 +148,7 @@ fn run_one(cfg: &PermutationConfig, paths: u8) -> PermutationRow {
         worst_rate: rates[0],
         best_rate: rates[rates.len() - 1],
         p10_rate: rates[rates.len() / 10],
+        rates: rates.clone(),
         retransmits: tot.retx_pkts,
         timeouts: tot.timeouts,
         drops: st.totals().dropped(),
@@ -194,6 +197,57 @@ pub fn run(cfg: &PermutationConfig, progress: &dyn Progress) -> PermutationRepor
         ],
         wall_s: t_all.elapsed().as_secs_f64(),
     }
+}
+
+/// The CDF of per-flow rates, one curve per run (`runs`: a label, e.g. the controller, and its
+/// report) and path count: the fraction of flows at or below each rate, as a step curve.
+pub fn plot(runs: &[(String, &PermutationReport)], path: &std::path::Path) -> Result<(), String> {
+    use crate::plot::{self, Axes, Series};
+    let mut series = Vec::new();
+    let mut lo = 1.0f64;
+    for (k, (label, r)) in runs.iter().enumerate() {
+        for (j, x) in r.rows.iter().enumerate() {
+            let n = x.rates.len().max(1) as f64;
+            let mut pts = Vec::with_capacity(2 * x.rates.len());
+            for (i, &v) in x.rates.iter().enumerate() {
+                pts.push((v, i as f64 / n));
+                pts.push((v, (i + 1) as f64 / n));
+            }
+            lo = lo.min(x.rates.first().copied().unwrap_or(1.0));
+            let palette: &[plotters::style::RGBColor] = if k % 2 == 0 {
+                &plot::NATIVE_COLORS
+            } else {
+                &plot::ROCE_COLORS
+            };
+            let paths = if x.default_paths {
+                format!("{} paths (default)", x.paths)
+            } else {
+                format!("{} path{}", x.paths, if x.paths == 1 { "" } else { "s" })
+            };
+            let name = if label.is_empty() {
+                paths
+            } else {
+                format!("{label}, {paths}")
+            };
+            series.push(Series {
+                dashed: !x.default_paths,
+                ..Series::line(
+                    format!("{name}: worst {:.3}, mean {:.3}", x.worst_rate, x.mean_rate),
+                    palette[(j + 1).min(palette.len() - 1)],
+                    pts,
+                )
+            });
+        }
+    }
+    let axes = Axes {
+        title: "permutation, 128 hosts: CDF of per-flow rates".into(),
+        x_desc: "flow rate (fraction of line rate: bytes / completion time)".into(),
+        y_desc: "fraction of flows at or below".into(),
+        x: ((lo - 0.02).clamp(0.0, 0.98), 1.0),
+        y: (0.0, 1.0),
+        log_x: false,
+    };
+    plot::chart(path, &axes, &series)
 }
 
 /// CSV of the report (header row first).

@@ -13,6 +13,8 @@ pub struct Series {
     pub dashed: bool,
     /// Markers only, no line.
     pub markers_only: bool,
+    /// Stroke width in pixels (2 unless set: thin lines for many curves at once).
+    pub width: u32,
 }
 
 impl Series {
@@ -23,6 +25,7 @@ impl Series {
             color,
             dashed: false,
             markers_only: false,
+            width: 2,
         }
     }
 }
@@ -56,7 +59,7 @@ where
     X: Ranged<ValueType = f64>,
     Y: Ranged<ValueType = f64>,
 {
-    let style = ShapeStyle::from(&s.color).stroke_width(2);
+    let style = ShapeStyle::from(&s.color).stroke_width(s.width);
     let color = s.color;
     let labelled = !s.label.is_empty();
     if !s.markers_only {
@@ -102,18 +105,38 @@ where
 
 /// Draws `series` into an SVG file at `path`.
 pub fn chart(path: &Path, axes: &Axes, series: &[Series]) -> Result<(), String> {
+    panels(path, (960, 600), &[(axes.clone(), series.to_vec())])
+}
+
+/// Draws several charts stacked top to bottom into one SVG file of `size` pixels (each panel
+/// gets an equal share of the height).
+pub fn panels(path: &Path, size: (u32, u32), charts: &[(Axes, Vec<Series>)]) -> Result<(), String> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     }
-    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    let root = SVGBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut b = ChartBuilder::on(&root);
+    let areas = root.split_evenly((charts.len().max(1), 1));
+    for (area, (axes, series)) in areas.iter().zip(charts) {
+        chart_on(area, axes, series)?;
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn chart_on<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    axes: &Axes,
+    series: &[Series],
+) -> Result<(), String> {
+    let mut b = ChartBuilder::on(area);
     b.caption(&axes.title, ("sans-serif", 20))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(64);
     let (x0, x1) = axes.x;
     let (y0, y1) = axes.y;
+    let labelled = series.iter().any(|s| !s.label.is_empty());
     if axes.log_x {
         let mut chart = b
             .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
@@ -129,13 +152,15 @@ pub fn chart(path: &Path, axes: &Axes, series: &[Series]) -> Result<(), String> 
         for s in series {
             draw_series(&mut chart, s)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::MiddleLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        if labelled {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::MiddleLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| e.to_string())?;
+        }
     } else {
         let mut chart = b
             .build_cartesian_2d(x0..x1, y0..y1)
@@ -151,15 +176,16 @@ pub fn chart(path: &Path, axes: &Axes, series: &[Series]) -> Result<(), String> 
         for s in series {
             draw_series(&mut chart, s)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        if labelled {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| e.to_string())?;
+        }
     }
-    root.present().map_err(|e| e.to_string())?;
     Ok(())
 }
 

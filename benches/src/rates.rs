@@ -12,7 +12,7 @@
 //!   packet per 14 µs RTT each).
 
 use ferroce_harness::NodeHost;
-use ferroce_sim::{HostId, Sim};
+use ferroce_sim::{HostId, Node, Sim, SwitchId};
 use ferroce_transport::ConnId;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -182,6 +182,10 @@ pub struct Sampler {
     by_ip: HashMap<Ipv4Addr, usize>,
     last: HashMap<ConnId, u64>,
     pub log: DeliveryLog,
+    /// The switch output port watched by [`Sampler::watch_queue_to`], and its occupancy in
+    /// wire bytes at every sample (empty when nothing is watched).
+    queue_port: Option<(SwitchId, usize)>,
+    pub queue: Vec<u64>,
 }
 
 impl Sampler {
@@ -191,7 +195,29 @@ impl Sampler {
             by_ip: sources.iter().enumerate().map(|(i, ip)| (*ip, i)).collect(),
             last: HashMap::new(),
             log: DeliveryLog::new(sources.len(), t0, dt),
+            queue_port: None,
+            queue: Vec::new(),
         }
+    }
+
+    /// Also record, at every sample, the queue of the switch port that feeds `host`'s first
+    /// NIC port (an incast's bottleneck). Returns false if the host hangs on no switch.
+    pub fn watch_queue_to(&mut self, sim: &Sim<NodeHost>, host: HostId) -> bool {
+        let Some(link) = sim.host_port_link(host, 0) else {
+            return false;
+        };
+        let Some((a, b)) = sim.link_ends(link) else {
+            return false;
+        };
+        let sw = match (a, b) {
+            (Node::Switch(sw), _) | (_, Node::Switch(sw)) => sw,
+            _ => return false,
+        };
+        let Some(port) = sim.switch_links(sw).iter().position(|&l| l == link) else {
+            return false;
+        };
+        self.queue_port = Some((sw, port));
+        true
     }
 
     /// Record what arrived since the last sample (call at `t0 + k dt`, k = 1, 2, ...).
@@ -208,6 +234,9 @@ impl Sampler {
                     self.log.arrivals[src].push((g, now - prev));
                 }
             }
+        }
+        if let Some((sw, port)) = self.queue_port {
+            self.queue.push(sim.switch_queue_bytes(sw, port));
         }
         self.log.samples += 1;
     }

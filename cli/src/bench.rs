@@ -98,7 +98,12 @@ pub(crate) fn lines(title: &str, v: &[String]) -> String {
 }
 
 pub(crate) fn render_checks(c: &[Check]) -> String {
-    let mut out = String::from("issue 3 thresholds:\n");
+    format!("issue 3 thresholds:\n{}", render_checks_body(c))
+}
+
+/// One line per check: verdict, what, threshold, measured.
+pub(crate) fn render_checks_body(c: &[Check]) -> String {
+    let mut out = String::new();
     for x in c {
         let _ = writeln!(
             out,
@@ -638,6 +643,8 @@ pub fn run(a: &BenchArgs) -> Result<bool, String> {
     let mut ok = true;
     let mut all_checks: Vec<Check> = Vec::new();
     let mut summaries: Vec<(CcAlgorithm, Summary)> = Vec::new();
+    // Permutation reports of every controller, for one CDF picture with all of them.
+    let mut perms: Vec<(String, PermutationReport)> = Vec::new();
     for &cc in &ccs {
         let opts = Opts {
             quick: a.quick,
@@ -650,7 +657,7 @@ pub fn run(a: &BenchArgs) -> Result<bool, String> {
         } else {
             String::new()
         };
-        let (k, checks, sum) = run_benches(a, opts, &suffix)?;
+        let (k, checks, sum) = run_benches(a, opts, &suffix, &mut perms)?;
         ok &= k;
         all_checks.extend(checks.into_iter().map(|mut c| {
             if ccs.len() > 1 {
@@ -659,6 +666,13 @@ pub fn run(a: &BenchArgs) -> Result<bool, String> {
             c
         }));
         summaries.push((cc, sum));
+    }
+    if !perms.is_empty() {
+        let svg = a.out.join("permutation.svg");
+        let runs: Vec<(String, &PermutationReport)> =
+            perms.iter().map(|(cc, r)| (cc.clone(), r)).collect();
+        permutation::plot(&runs, &svg)?;
+        print!("{}", files_line(&[&svg]));
     }
     if ccs.len() > 1 {
         print!("{}", render_side_by_side(&summaries));
@@ -711,6 +725,7 @@ fn run_benches(
     a: &BenchArgs,
     opts: Opts,
     suffix: &str,
+    perms: &mut Vec<(String, PermutationReport)>,
 ) -> Result<(bool, Vec<Check>, Summary), String> {
     let bar = Bar::new();
     let mut all_checks: Vec<Check> = Vec::new();
@@ -742,10 +757,24 @@ fn run_benches(
         let r = incast::run(&cfg, &bar);
         let csv = out.join(format!("incast{suffix}.csv"));
         write_csv(&incast::csv(&r), &csv)?;
+        let mut svgs = Vec::new();
+        for x in &r.rows {
+            let hints = if x.hints { "on" } else { "off" };
+            let svg = out.join(format!("incast-{}-hints-{hints}{suffix}.svg", x.senders));
+            incast::plot(&r, x, &svg)?;
+            svgs.push(svg);
+        }
         print!("{}", render_incast(&r));
         let c = checks::incast(&r);
         print!("\n{}", render_checks(&c));
-        print!("{}", files_line(&[&csv]));
+        // Issue 17's targets, shown but not part of the pass/fail verdict: not all are met
+        // yet (see docs/performance.md).
+        let c17 = checks::incast_fan_in(&r);
+        print!("\nissue 17 incast targets (not yet all met; not counted in the verdict):\n");
+        print!("{}", render_checks_body(&c17));
+        let mut files: Vec<&Path> = vec![&csv];
+        files.extend(svgs.iter().map(|p| p.as_path()));
+        print!("{}", files_line(&files));
         println!("wall time: {:.1} s{}\n", r.wall_s, profile_lines());
         ok &= r.rows.iter().all(|x| x.errors.is_empty() && x.completed);
         all_checks.extend(c);
@@ -790,6 +819,7 @@ fn run_benches(
             ));
             sum.push((format!("permutation {p} paths: drops"), x.drops.to_string()));
         }
+        perms.push((opts.cc.to_string(), r));
     }
     if which == BenchWhich::Collective {
         ok &= crate::bench_collective::run(opts, out, suffix)?;

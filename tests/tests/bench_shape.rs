@@ -141,6 +141,31 @@ fn quick_benchmarks_have_the_right_shape_and_meet_issue_3() {
         // A queue never holds more than its capacity (1 BDP) plus the packet being sent.
         assert!(x.max_queue_bdp <= 1.03, "queue {} BDP", x.max_queue_bdp);
         assert!(x.utilisation > 0.3 && x.utilisation <= 1.0);
+        // The picture's data: every sender has a curve as long as the time axis, the queue
+        // trace saw the pilots queue (hints on) or the queue fill (hints off) and never held
+        // more than its capacity plus one packet.
+        let t = &x.trace;
+        assert!(t.t_rtts.len() > 100, "{} points", t.t_rtts.len());
+        assert_eq!(t.agg_gbps.len(), t.t_rtts.len());
+        assert_eq!(t.queue_bytes.len(), t.t_rtts.len());
+        assert_eq!(t.sender_gbps.len(), 64);
+        assert!(t.sender_gbps.iter().all(|s| s.len() == t.t_rtts.len()));
+        let qmax = t.queue_bytes.iter().copied().max().unwrap_or(0);
+        assert!(
+            qmax > 0
+                && qmax as f64 <= x.max_queue_bdp * ferroce_benches::fabric::BDP_BYTES as f64 + 1.0,
+            "queue trace max {qmax} B, run max {} BDP",
+            x.max_queue_bdp
+        );
+        assert!(t.agg_gbps.iter().any(|&g| g > 90.0) && t.agg_gbps.iter().all(|&g| g < 101.0));
+        let hints = if x.hints { "on" } else { "off" };
+        let svg = dir.join(format!("incast-64-hints-{hints}.svg"));
+        incast::plot(&ir, x, &svg).expect("incast plot");
+        let text = std::fs::read_to_string(&svg).expect("svg written");
+        assert!(text.starts_with("<svg") && text.contains("incast 64:1"));
+        assert!(text.contains("bottleneck queue") && text.contains("fair share"));
+        // Aggregate, capacity and bound lines, and one polyline per sender.
+        assert!(text.matches("<polyline").count() >= 64 + 4);
     }
     all.extend(checks::incast(&ir));
 
@@ -164,6 +189,17 @@ fn quick_benchmarks_have_the_right_shape_and_meet_issue_3() {
         spray.mean_rate,
         one.mean_rate
     );
+    let svg = dir.join("permutation.svg");
+    permutation::plot(&[("aimd".to_string(), &pr)], &svg).expect("permutation plot");
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(text.starts_with("<svg") && text.contains("CDF of per-flow rates"));
+    assert!(text.contains("aimd, 1 path:") && text.contains("(default): worst"));
+    for x in &pr.rows {
+        // The CDF's points: every flow's rate, ascending, between the worst and the best.
+        assert_eq!(x.rates.len(), 128);
+        assert!(x.rates.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(x.rates[0], x.worst_rate);
+    }
     all.extend(checks::permutation(&pr));
 
     // --- multipath: 1 and 8 planes, a plane failure at 8, 16,000 connections ----------------
@@ -278,6 +314,43 @@ fn a_lone_flow_on_a_clean_fabric_is_within_2_percent_of_rocev2_on_seeds_1_to_8()
             v => bad.push(format!(
                 "seed {seed}: native / RoCEv2 lossless {v:?} (needs >= 0.98)"
             )),
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Issue 17, item 4, the parts that hold today (quick mode, seeds 1-8, hints on): at 64:1 and
+/// 127:1 the slowest flow completes within 1.02 of the fastest, and at 64:1 the late joiner
+/// reaches its share within 2 base RTTs. Not asserted because not met yet (measured with
+/// `ferroce bench incast`, docs/performance.md): 127:1 without drops (~40 blind pilots are
+/// tail-dropped) and settled within 3 RTTs (7.5-8), 64:1 settled within 2 (2.2-2.5).
+#[test]
+fn incast_completions_and_late_joiner_on_seeds_1_to_8() {
+    let mut bad = Vec::new();
+    for seed in 1..=8 {
+        let mut ic = IncastConfig::new(Opts { seed, ..QUICK });
+        ic.senders = vec![64, 127];
+        ic.hints = vec![true];
+        let ir = incast::run(&ic, &Lines);
+        assert_eq!(ir.rows.len(), 2);
+        for x in &ir.rows {
+            assert!(x.completed && x.errors.is_empty(), "{:?}", x.errors);
+            eprintln!(
+                "seed {seed}, {}:1: FCT max/min {:.4}, join {:?} RTTs, settle {:?}, drops {}",
+                x.senders, x.fct_max_min, x.join_rtts, x.settle_rtts, x.drops
+            );
+            if x.fct_max_min > 1.02 {
+                bad.push(format!(
+                    "seed {seed}, {}:1: FCT max/min {:.4} (needs <= 1.02)",
+                    x.senders, x.fct_max_min
+                ));
+            }
+            if x.senders == 64 && !x.join_rtts.is_some_and(|j| j <= 2.0) {
+                bad.push(format!(
+                    "seed {seed}, 64:1: late joiner {:?} RTTs (needs <= 2)",
+                    x.join_rtts
+                ));
+            }
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
