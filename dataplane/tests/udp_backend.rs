@@ -119,6 +119,11 @@ fn spawn(ns: &str, cfg: &Path, unprivileged: bool) -> Proc {
             "--inh-caps=-all",
         ]);
     }
+    if unprivileged {
+        // DPDK keeps its runtime directory under $XDG_RUNTIME_DIR when not root (else in
+        // /tmp/dpdk, owned by nobody and left behind): the test's own directory instead.
+        c.env("XDG_RUNTIME_DIR", nobody_dir(&cfg.with_extension("rt")));
+    }
     let c = c
         .args([BIN, "run", "--json", "--config"])
         .arg(cfg)
@@ -128,6 +133,13 @@ fn spawn(ns: &str, cfg: &Path, unprivileged: bool) -> Proc {
         .spawn()
         .expect("spawn ferroce-dp");
     Proc(Some(c))
+}
+
+/// `d`, created and owned by nobody (uid and gid 65534).
+fn nobody_dir(d: &Path) -> &Path {
+    std::fs::create_dir_all(d).expect("create the runtime dir");
+    std::os::unix::fs::chown(d, Some(65534), Some(65534)).expect("chown the runtime dir");
+    d
 }
 
 fn have_setpriv() -> bool {

@@ -140,6 +140,12 @@ fn side(
             "--clear-groups",
             "--inh-caps=-all",
         ]);
+        // DPDK keeps its runtime directory under $XDG_RUNTIME_DIR when not root (else in
+        // /tmp/dpdk, owned by nobody and left behind): one in the test's own directory.
+        let rt = libs.join(format!("rt{k}"));
+        std::fs::create_dir_all(&rt).expect("create the runtime dir");
+        std::os::unix::fs::chown(&rt, Some(65534), Some(65534)).expect("chown the runtime dir");
+        c.env("XDG_RUNTIME_DIR", rt);
     }
     c.args(["timeout", "-k", "5"])
         .arg(format!("{}", limit.as_secs()))
