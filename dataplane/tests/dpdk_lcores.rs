@@ -340,3 +340,56 @@ fn dpdk_two_lcores_shard_connections() {
         assert_eq!(snaps[1]["shard"]["shard"].as_u64(), Some(1), "{name}");
     }
 }
+
+/// `ferroce-dp run` with `engine.lcores = 2`: two shards on two worker lcores (the default EAL
+/// arguments make them), each reporting its counters, shard 0 with the dispatcher's.
+#[test]
+fn dpdk_config_runs_two_shards() {
+    if !ferroce_dataplane::netns::is_root() {
+        eprintln!("SKIPPED dpdk_config_runs_two_shards: needs root (DPDK)");
+        return;
+    }
+    let o = std::process::Command::new("timeout")
+        .args(["60", env!("CARGO_BIN_EXE_ferroce-dp"), "run", "--json"])
+        .args([
+            "--set",
+            "net.address=198.18.1.43",
+            "--set",
+            "port.vdev=net_ring0",
+        ])
+        .args(["--set", "port.mbufs=4095", "--set", "engine.lcores=2"])
+        .args(["--set", "engine.duration_s=0.3"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run ferroce-dp");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(err.contains("2 shards on lcores"), "{err}");
+    let v: Value = serde_json::from_str(out.lines().last().unwrap_or("")).expect("json");
+    let shards = v["shards"].as_array().expect("shards");
+    assert_eq!(shards.len(), 2, "{v}");
+    assert_eq!(shards[0]["dispatch"]["shards"].as_u64(), Some(2), "{v}");
+    assert_eq!(shards[1]["shard"]["shard"].as_u64(), Some(1), "{v}");
+    assert!(
+        shards[1]["engine"]["polls"].as_u64().unwrap_or(0) > 0,
+        "{v}"
+    );
+    // More shards than worker lcores: a clear error naming the field.
+    let o = std::process::Command::new("timeout")
+        .args(["60", env!("CARGO_BIN_EXE_ferroce-dp"), "run"])
+        .args(["--set", "net.address=198.18.1.43", "--set", "port.vdev=net_ring0"])
+        .args(["--set", "engine.lcores=2", "--set", "engine.duration_s=0.3"])
+        .args(["--set", "eal.args=[\"--no-huge\",\"--no-pci\",\"--no-shconf\",\"-m\",\"256\",\"--lcores=0@(0-1),1@(0-1)\"]"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run ferroce-dp");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("engine.lcores") && err.contains("worker lcores"),
+        "{err}"
+    );
+}

@@ -2,6 +2,7 @@
 //! the command itself is [`cli`], its kernel UDP backend runs [`udp`].
 
 mod cli;
+pub mod sharded;
 pub mod udp;
 pub use cli::{main, BENCH_USAGE};
 
@@ -107,6 +108,10 @@ pub struct BenchRow {
     /// message, measured apart; it is part of ferroce_cpu_ns_per_pkt.
     pub verify_ns_per_msg: f64,
     pub window_data_pkts: u64,
+    /// Worker lcores of the transport run (shards per engine), and with more than one the
+    /// CPU ns per data packet of each lcore (its thread's CPU over its own shard's packets).
+    pub lcores: usize,
+    pub lcore_cpu_ns_per_pkt: Vec<f64>,
     pub ok: bool,
 }
 
