@@ -8,6 +8,10 @@ use super::*;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
+/// Empty turns in a row after which a shard's lcore yields its CPU (see
+/// [`drive_window_yield`]); the single-lcore run never yields (it waits for nobody).
+const IDLE_TURNS_BEFORE_YIELD: u32 = 64;
+
 /// What one lcore of a sharded run measured.
 #[derive(Clone, Debug, Default)]
 pub struct LcoreRun {
@@ -27,10 +31,13 @@ fn wait_all(engines: &mut [Engine], d: &mut PairDriver, gate: &AtomicUsize, n: u
     gate.fetch_add(1, Ordering::SeqCst);
     let t0 = Instant::now();
     while gate.load(Ordering::SeqCst) < n && t0.elapsed() < Duration::from_secs(60) {
+        let mut work = false;
         for e in engines.iter_mut() {
-            e.poll();
+            work |= e.poll();
         }
-        d.step();
+        if !(d.step() || work) {
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -103,11 +110,12 @@ pub fn transport_run_sharded(
                 let total = spec.streams as u64 * spec.messages as u64;
                 let mut d = PairDriver::new(&ha, &hb, ipb, &spec);
                 wait_all(&mut engines, &mut d, &gates[1], lcores);
-                let (to, w) = drive_window(
+                let (to, w) = drive_window_yield(
                     &mut engines,
                     &mut d,
                     Duration::from_secs_f64(secs * 10.0 + 10.0),
                     total,
+                    Some(IDLE_TURNS_BEFORE_YIELD),
                 );
                 wait_all(&mut engines, &mut d, &gates[2], lcores);
                 let (mut cr, sr) = d.finish(to);
