@@ -143,8 +143,9 @@ impl PacketIo for DispatchIo {
                             continue;
                         };
                         let d = m.data();
-                        c.room_mut()[..d.len()].copy_from_slice(d);
-                        c.set_len(d.len());
+                        let n = d.len().min(c.room_mut().len());
+                        c.room_mut()[..n].copy_from_slice(&d[..n]);
+                        c.set_len(n);
                         if l.rx.try_send(c).is_err() {
                             l.rx_dropped_full += 1;
                         }
@@ -494,4 +495,85 @@ fn shard_params(p: &EngineParams, k: usize) -> EngineParams {
         f.with_file_name(format!("{}.shard{k}.json", stem.unwrap_or_default()))
     });
     q
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn udp_frame(dst_port: u16, transport: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; net::HDRS_LEN + transport.len()];
+        f[net::HDRS_LEN..].copy_from_slice(transport);
+        let h = UdpHeader {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: Ipv4Addr::new(198, 18, 1, 41),
+            dst_ip: Ipv4Addr::new(198, 18, 1, 42),
+            ip_id: 0,
+            ttl: 64,
+            ecn: 0,
+            src_port: 49152,
+            dst_port,
+        };
+        let n = net::write_udp(&mut f, &h, transport.len());
+        f.truncate(n);
+        f
+    }
+
+    /// Native header: version, opcode, flags, path, dst_conn; an OPEN's src_conn follows.
+    fn native(op: u8, dst: u32, src: u32) -> Vec<u8> {
+        let mut t = vec![1, op, 0, 0];
+        t.extend(dst.to_be_bytes());
+        t.extend(src.to_be_bytes());
+        t.extend([0u8; 16]);
+        t
+    }
+
+    #[test]
+    fn frames_go_to_the_shard_their_connection_id_names() {
+        let port = ferroce_transport::wire::NATIVE_UDP_PORT;
+        let open = ferroce_transport::wire::Opcode::Open as u8;
+        for n in [2u32, 3, 4] {
+            for id in [1u32, 6, 7, 0x8000_0001, u32::MAX] {
+                let f = udp_frame(port, &native(0x03, id, 0));
+                assert_eq!(shard_of(&f, port, n), Some(id % n));
+                // An OPEN: by the initiator's id.
+                let f = udp_frame(port, &native(open, 0, id));
+                assert_eq!(shard_of(&f, port, n), Some(id % n));
+            }
+            // Not the transport's port, or dst_conn 0 without OPEN: shard 0 (which counts it).
+            assert_eq!(shard_of(&udp_frame(53, &native(3, 5, 0)), port, n), Some(0));
+            assert_eq!(
+                shard_of(&udp_frame(port, &native(3, 0, 5)), port, n),
+                Some(0)
+            );
+        }
+        let mut arp = vec![0u8; 64];
+        let a = Arp {
+            op: 2,
+            sender_mac: [2, 0, 0, 0, 0, 2],
+            sender_ip: Ipv4Addr::new(198, 18, 1, 42),
+            target_mac: [2, 0, 0, 0, 0, 1],
+            target_ip: Ipv4Addr::new(198, 18, 1, 41),
+        };
+        let len = net::write_arp(&mut arp, [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], &a);
+        assert_eq!(
+            shard_of(&arp[..len], 4792, 2),
+            None,
+            "a reply is for every shard"
+        );
+        let len = net::write_arp(
+            &mut arp,
+            net::BROADCAST,
+            [2, 0, 0, 0, 0, 2],
+            &Arp { op: 1, ..a },
+        );
+        assert_eq!(shard_of(&arp[..len], 4792, 2), Some(0), "requests: shard 0");
+        // Any truncation of a frame is classified without a panic.
+        let f = udp_frame(port, &native(open, 0, 9));
+        for cut in 0..f.len() {
+            let k = shard_of(&f[..cut], port, 2);
+            assert!(matches!(k, Some(0) | Some(1)), "{cut}: {k:?}");
+        }
+    }
 }
