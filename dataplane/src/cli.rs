@@ -3,7 +3,7 @@
 //! (`ferroce bench dataplane ...`). Both take the arguments after the subcommand and return
 //! the process exit code.
 
-use crate::config::{default_eal_args, Config};
+use crate::config::{default_eal_args_for, Config};
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 /// the way unless asked for. An `eal.args` with its own `--log-level` is left as it is.
 fn eal_args_for(cfg: &Config, dpdk_log: bool) -> Vec<String> {
     let mut args = if cfg.eal.args.is_empty() {
-        default_eal_args()
+        default_eal_args_for(cfg.engine.lcores)
     } else {
         cfg.eal.args.clone()
     };

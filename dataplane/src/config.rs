@@ -174,6 +174,9 @@ pub struct EngineSection {
     pub queue_depth: usize,
     /// Worker lcore to run the loop on (default: the first worker; a thread if none).
     pub lcore: Option<u32>,
+    /// Shards of the engine, one worker lcore each (docs/design.md, "An engine on several
+    /// lcores"); 1 (the default) is the single-lcore engine.
+    pub lcores: usize,
     pub stop_on_link_down: bool,
     /// Without a workload: run this long (default: until SIGINT/SIGTERM).
     pub duration_s: Option<f64>,
@@ -187,6 +190,7 @@ impl Default for EngineSection {
             idle_sleep_us: 20,
             queue_depth: 4096,
             lcore: None,
+            lcores: 1,
             stop_on_link_down: false,
             duration_s: None,
         }
@@ -294,6 +298,11 @@ fn field(name: &str, msg: impl std::fmt::Display) -> ConfigError {
 /// config, a per-process file prefix, two lcores that may run on any CPU (so two processes on
 /// a small machine do not pin onto the same core), quiet logs.
 pub fn default_eal_args() -> Vec<String> {
+    default_eal_args_for(1)
+}
+
+/// [`default_eal_args`] with `workers` worker lcores (at least one).
+pub fn default_eal_args_for(workers: usize) -> Vec<String> {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -309,7 +318,12 @@ pub fn default_eal_args() -> Vec<String> {
         "-m".into(),
         "256".into(),
         format!("--file-prefix=ferroce-{}", std::process::id()),
-        format!("--lcores=0@({set}),1@({set})"),
+        {
+            let l: Vec<String> = (0..=workers.max(1))
+                .map(|i| format!("{i}@({set})"))
+                .collect();
+            format!("--lcores={}", l.join(","))
+        },
         "--log-level=warning".into(),
     ]
 }
@@ -533,6 +547,24 @@ impl Config {
         if self.engine.burst == 0 || self.engine.burst > 512 {
             return Err(field("engine.burst", "must be in 1..=512"));
         }
+        if self.engine.lcores == 0 || self.engine.lcores > 64 {
+            return Err(field("engine.lcores", "must be in 1..=64"));
+        }
+        if self.engine.lcores > 1 {
+            if self.port.backend != "dpdk" {
+                return Err(field(
+                    "engine.lcores",
+                    "more than one lcore needs port.backend = \"dpdk\"",
+                ));
+            }
+            if self.workload.role != "none" || self.engine.lcore.is_some() {
+                return Err(field(
+                    "engine.lcores",
+                    "more than one lcore runs the engine alone (workload.role = \"none\", \
+                     no engine.lcore): the workload apps drive one connection on one shard",
+                ));
+            }
+        }
         if self.engine.queue_depth == 0 {
             return Err(field("engine.queue_depth", "must be > 0"));
         }
@@ -579,7 +611,7 @@ impl Config {
     pub fn eal_argv(&self) -> Vec<String> {
         let mut v = vec!["ferroce".to_string()];
         if self.eal.args.is_empty() {
-            v.extend(default_eal_args());
+            v.extend(default_eal_args_for(self.engine.lcores));
         } else {
             v.extend(self.eal.args.iter().cloned());
         }
@@ -764,6 +796,9 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
     cfg.validate().map_err(|e| e.to_string())?;
     preflight(cfg).map_err(|e| e.to_string())?;
     let eal = Eal::init(cfg.eal_argv()).map_err(|e| eal_hint(cfg, &e.to_string()))?;
+    if cfg.engine.lcores > 1 {
+        return run_sharded(cfg, &eal);
+    }
     let transport = engine::native_transport(cfg.port.mtu, cfg.endpoint_config())
         .map_err(|e| format!("no OS randomness for the transport: {e}"))?;
     let (device, pool) = crate::backend::open(cfg, &eal, "ferroce", transport.udp_port())?;
@@ -844,6 +879,71 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
         "workload": result,
         "counters": counters,
     });
+    if let Some(p) = &cfg.workload.result_json {
+        engine::write_json_atomic(p, &report);
+    }
+    Ok(report)
+}
+
+/// [`run_engine`] with `engine.lcores` > 1: the shards on the first worker lcores, until a
+/// signal or `engine.duration_s` (validated: no workload).
+fn run_sharded(cfg: &Config, eal: &Eal) -> Result<Value, String> {
+    let n = cfg.engine.lcores;
+    let workers = eal.worker_lcores();
+    if workers.len() < n {
+        return Err(format!(
+            "config field `engine.lcores`: {n} shards need {n} worker lcores, the EAL has {} \
+             (eal.args `--lcores`)",
+            workers.len()
+        ));
+    }
+    let (device, pool) = crate::backend::open(
+        cfg,
+        eal,
+        "ferroce",
+        ferroce_transport::wire::NATIVE_UDP_PORT,
+    )?;
+    let params = cfg.engine_params().map_err(|e| e.to_string())?;
+    let (engines, h) = engine::sharded(
+        device,
+        pool,
+        n,
+        cfg.port.mtu,
+        cfg.endpoint_config(),
+        params,
+        eal.tsc_hz(),
+    )
+    .map_err(|e| format!("engine: {e}"))?;
+    eprintln!(
+        "ferroce dataplane: {} on {} ({}), {n} shards on lcores {:?}",
+        cfg.net.address,
+        engines[0].io_name(),
+        net::fmt_mac(engines[0].mac()),
+        &workers[..n]
+    );
+    install_signal_handlers();
+    let mut jobs = Vec::new();
+    for (e, &l) in engines.into_iter().zip(&workers) {
+        let j = eal.launch(l, move || e.run()).map_err(|e| {
+            h.stop();
+            format!("config field `engine.lcores`: lcore {l}: {e}")
+        })?;
+        jobs.push(j);
+    }
+    let t0 = Instant::now();
+    let limit = cfg.engine.duration_s.map(Duration::from_secs_f64);
+    while !SIGNALLED.load(std::sync::atomic::Ordering::SeqCst)
+        && limit.is_none_or(|l| t0.elapsed() < l)
+        && !h.stopped()
+    {
+        for s in h.shards() {
+            while s.try_next().is_some() {}
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.stop();
+    let shards: Vec<Value> = jobs.into_iter().map(|j| j.join()).collect();
+    let report = json!({ "workload": null, "counters": shards[0].clone(), "shards": shards });
     if let Some(p) = &cfg.workload.result_json {
         engine::write_json_atomic(p, &report);
     }
@@ -961,6 +1061,35 @@ mod tests {
         assert!(c.validate().unwrap_err().0.contains("\"compliance\""));
         let e = Config::load(None, &[], []).unwrap_err();
         assert!(e.0.contains("net.address"), "{e}");
+    }
+
+    #[test]
+    fn lcores_are_checked_and_get_workers() {
+        let c = Config::from_toml(&(base() + "[engine]\nlcores = 2\n"), "x").unwrap();
+        c.validate().unwrap();
+        let lc = |c: &Config| {
+            c.eal_argv()
+                .into_iter()
+                .find(|a| a.starts_with("--lcores="))
+                .unwrap()
+        };
+        assert_eq!(
+            lc(&c).matches('@').count(),
+            3,
+            "main + 2 workers: {}",
+            lc(&c)
+        );
+        let one = Config::from_toml(&base(), "x").unwrap();
+        assert_eq!(lc(&one).matches('@').count(), 2, "{}", lc(&one));
+        for bad in [
+            "[engine]\nlcores = 0\n",
+            "[engine]\nlcores = 2\n[workload]\nrole = \"server\"\n",
+            "[engine]\nlcores = 2\nlcore = 1\n",
+        ] {
+            let c = Config::from_toml(&(base() + bad), "x").unwrap();
+            let e = c.validate().unwrap_err();
+            assert!(e.0.contains("engine.lcores"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -37,6 +37,19 @@ pub trait PacketIo: Send {
 
     /// Write buffered output (capture files) to storage.
     fn flush(&mut self);
+
+    /// Frames wait in a software queue (another lcore's), so the engine must not sleep. A
+    /// device the PMD is polled for says no; only the top of a stack is asked (the shard
+    /// queues of `engine::shard` are never under another layer).
+    fn rx_ready(&self) -> bool {
+        false
+    }
+
+    /// Whether frames moved through this layer for other lcores since the last call (the
+    /// dispatcher of a sharded engine): work, though none of it was this engine's.
+    fn take_moved(&mut self) -> bool {
+        false
+    }
 }
 
 /// Frames and bytes a device took in one [`PacketIo::tx_burst`].

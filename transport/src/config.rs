@@ -37,6 +37,13 @@ pub struct EndpointConfig {
     /// NIC ports of this host, one per fabric plane: path i starts on plane i mod
     /// `nic_ports` and a failed path moves to the next plane.
     pub nic_ports: u8,
+    /// Connection ids this endpoint draws are those with `id % id_shards == id_shard`: an
+    /// engine running several endpoints (one per lcore) gives each a residue class, so a
+    /// packet's `dst_conn` names the endpoint that owns it (docs/design.md, "An engine on
+    /// several lcores"). 1 and 0 (the default) leave every id possible, and the draws
+    /// exactly as before.
+    pub id_shards: u32,
+    pub id_shard: u32,
 }
 
 impl Default for EndpointConfig {
@@ -54,6 +61,8 @@ impl Default for EndpointConfig {
             active_timeout_ns: 80_000,
             rate_hints: true,
             nic_ports: 1,
+            id_shards: 1,
+            id_shard: 0,
         }
     }
 }

@@ -86,10 +86,12 @@ impl Endpoint {
     }
 
     fn new_conn_id(&mut self) -> u32 {
+        let shards = self.cfg.id_shards.max(1);
+        let shard = self.cfg.id_shard % shards;
         loop {
             self.id_state = splitmix64(self.id_state);
             let id = self.id_state as u32;
-            if id != 0 && !self.conns.contains_key(&id) {
+            if id != 0 && id % shards == shard && !self.conns.contains_key(&id) {
                 return id;
             }
         }
@@ -618,6 +620,53 @@ impl crate::api::Transport for Endpoint {
 mod tests {
     use super::*;
     use crate::mem::{access, Regions};
+
+    /// Ids drawn in a residue class (an engine's shard): initiated and accepted connections
+    /// alike, and the default class is the whole space with the draws of before.
+    #[test]
+    fn connection_ids_stay_in_their_shard() {
+        let peer = Ipv4Addr::new(198, 18, 0, 9);
+        for (shards, shard) in [(2u32, 0u32), (2, 1), (3, 2)] {
+            let mut e = Endpoint::new(EndpointConfig {
+                id_shards: shards,
+                id_shard: shard,
+                ..EndpointConfig::default()
+            });
+            let mut buf = vec![0u8; 256];
+            for i in 0..50u32 {
+                assert_eq!(e.connect(peer).0 % shards, shard);
+                let open = crate::wire::Packet {
+                    flags: 0,
+                    path: 0,
+                    dst_conn: 0,
+                    body: crate::wire::Body::Open(crate::wire::OpenRepr {
+                        src_conn: 1000 + i,
+                        paths: 2,
+                        mtu: 1024,
+                        line_rate_mbps: 10_000,
+                    }),
+                };
+                let n = open.emit(&mut buf).unwrap();
+                e.handle_datagram(1, peer, 49152, false, &buf[..n], &mut Regions::new());
+            }
+            let ids: Vec<u32> = e.connections().map(|c| c.id.0).collect();
+            assert_eq!(ids.len(), 100, "50 opened and 50 accepted");
+            assert!(ids.iter().all(|id| id % shards == shard), "{ids:?}");
+        }
+        // One shard: the ids are the splitmix64 draws themselves, as before sharding.
+        let cfg = EndpointConfig::default();
+        let mut st = cfg.seed ^ cfg.incarnation;
+        let mut want = Vec::new();
+        while want.len() < 20 {
+            st = splitmix64(st);
+            if st as u32 != 0 {
+                want.push(st as u32);
+            }
+        }
+        let mut e = Endpoint::new(cfg);
+        let got: Vec<u32> = (0..20).map(|_| e.connect(peer).0).collect();
+        assert_eq!(got, want);
+    }
 
     /// Two endpoints over a lossy, jittery, ECN-marking wire with several paths: every
     /// `poll_timeout` of a connection whose timer table is up to date compares each row with

@@ -7,6 +7,7 @@ use crate::netns::{self, Hugepages, VethLoop};
 pub const BENCH_USAGE: &str = "\
 usage: ferroce bench dataplane [--quick] [--pmd ring|af_packet|udp|all] [--payloads 64,1024,mtu]
                                [--seconds S] [--loss P] [--csv FILE] [--no-huge]
+                               [--lcores 1,2]
 
   For each PMD and payload size: the raw DPDK packet rate of the same PMD with frames the
   size of the transport's data frames (one lcore sending on one port and receiving on the
@@ -24,6 +25,11 @@ usage: ferroce bench dataplane [--quick] [--pmd ring|af_packet|udp|all] [--paylo
   its raw rate is the same sockets' sendmmsg/recvmmsg loop.
   --quick: short runs (0.25 s), net_ring only unless --pmd says otherwise.
   --loss P adds transport runs with P (e.g. 0.01) injected loss on both directions.
+  --lcores N[,M...]: the transport run with engines of N shards on N worker lcores (one
+  client/server pair of shards and applications per lcore; shard 0 of each engine polls the
+  port and dispatches to the others), each count a row; adds the columns lcores and
+  lcore_ns_per_pkt (CPU ns per data packet of each lcore, over its own shard's packets).
+  fer ns/pkt is then all lcores' CPU over all data packets. Default 1 (one lcore, as above).
   Hugepages: 512 (1 GiB) are reserved for the run and released after (root), unless --no-huge.
   CSV columns: pmd,payload,raw_mpps,ferroce_mpps,ratio,goodput_gbps,loss,frame_bytes,retx_pkts,
   raw_cpu_ns_per_pkt,ferroce_cpu_ns_per_pkt,cpu_ratio,acks_per_pkt,allocs_per_pkt,
@@ -37,6 +43,7 @@ struct Args {
     csv: Option<String>,
     huge: bool,
     quick: bool,
+    lcores: Vec<usize>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
@@ -48,6 +55,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         csv: None,
         huge: true,
         quick: false,
+        lcores: vec![1],
     };
     let (mut pmd_set, mut secs_set) = (false, false);
     let mut it = args.iter();
@@ -92,6 +100,15 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                 )
             }
             "--csv" => a.csv = Some(val()?),
+            "--lcores" => {
+                a.lcores = val()?
+                    .split(',')
+                    .map(|n| match n.parse::<usize>() {
+                        Ok(n @ 1..=8) => Ok(n),
+                        _ => Err(format!("--lcores: bad count {n:?} (1 to 8)")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             "--no-huge" => a.huge = false,
             "--quick" => a.quick = true,
             "-h" | "--help" => return Err(String::new()),
@@ -186,7 +203,12 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
     let mut eal_args = vec![
         "ferroce-bench".to_string(),
         "--no-pci".into(),
-        format!("--lcores=0@({set}),1@({set})"),
+        {
+            // The main lcore and as many workers as the largest --lcores (at least one).
+            let n = a.lcores.iter().copied().max().unwrap_or(1);
+            let l: Vec<String> = (0..=n).map(|i| format!("{i}@({set})")).collect();
+            format!("--lcores={}", l.join(","))
+        },
         "--log-level=warning".into(),
         format!("--file-prefix=ferroce-bench-{}", std::process::id()),
     ];
@@ -201,6 +223,8 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
         ]);
     }
     let eal = Eal::init(&eal_args).map_err(|e| e.to_string())?;
+    let multi = a.lcores != [1];
+    let lw = if multi { 13 } else { 6 };
     let mut rows = Vec::new();
     let mut k = 0u32;
     eprintln!(
@@ -218,8 +242,14 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
          engines and both applications (client, server) polled in turn{}",
         if a.quick { "; --quick" } else { "" }
     );
+    if multi {
+        println!(
+            "rows with lcores N > 1: engines of N shards, shard k of both engines and one \
+             client/server pair on worker lcore k; fer ns/pkt = all lcores' CPU / all data packets"
+        );
+    }
     println!(
-        "{:<10} {:>7} {:>7} {:>10} {:>12} {:>7} {:>13} {:>6} {:>11} {:>11} {:>9} {:>9} {:>10} {:>7} {:>6}",
+        "{:<10} {:>7} {:>7} {:>10} {:>12} {:>7} {:>13} {:>lw$} {:>11} {:>11} {:>9} {:>9} {:>10} {:>7} {:>6}",
         "pmd",
         "payload",
         "frame",
@@ -227,16 +257,18 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
         "ferroce Mpps",
         "ratio",
         "goodput Gb/s",
-        "loss",
+        if multi { "loss lcores" } else { "loss" },
         "raw ns/pkt",
         "fer ns/pkt",
         "cpu ratio",
         "ACKs/pkt",
         "allocs/pkt",
         "B/pkt",
-        "ok"
+        "ok",
+        lw = lw
     );
     let mut verify: Vec<(u32, f64)> = Vec::new();
+    let mut lcore_lines = Vec::new();
     for pmd in &a.pmds {
         for &p in &a.payloads {
             let frame = net::HDRS_LEN + DATA_OVERHEAD + p as usize;
@@ -309,7 +341,10 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
             if let Some(l) = a.loss {
                 losses.push(l);
             }
-            for loss in losses {
+            for (loss, nl) in losses
+                .iter()
+                .flat_map(|&l| a.lcores.iter().map(move |&n| (l, n)))
+            {
                 let d = match devs.take() {
                     Some(d) => d,
                     None if pmd == "udp" => {
@@ -326,9 +361,18 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
                 } else {
                     [Ipv4Addr::new(198, 18, 1, 11), Ipv4Addr::new(198, 18, 1, 12)]
                 };
-                let (r, retx, w) = transport_run_devices(
-                    &eal, d, ips, p, loss, a.secs, line_rate, bench_spec, None,
-                )?;
+                let (r, retx, w, per_lcore) = if nl == 1 {
+                    let (r, retx, w) = transport_run_devices(
+                        &eal, d, ips, p, loss, a.secs, line_rate, bench_spec, None,
+                    )?;
+                    (r, retx, w, Vec::new())
+                } else {
+                    let (runs, retx) = sharded::transport_run_sharded(
+                        &eal, d, ips, p, loss, a.secs, line_rate, bench_spec, nl,
+                    )?;
+                    let (r, w) = sharded::combine(&runs);
+                    (r, retx, w, runs)
+                };
                 let pkts_per_msg = (p as u64).div_ceil(engine::payload_mtu(1500) as u64).max(1);
                 let mpps = r.msgs_per_s * pkts_per_msg as f64 / 1e6;
                 let wp = w.data_pkts.max(1) as f64;
@@ -355,6 +399,11 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
                     alloc_bytes_per_pkt: w.allocs.map(|(_, b)| b as f64 / wp),
                     verify_ns_per_msg: vns,
                     window_data_pkts: w.data_pkts,
+                    lcores: nl,
+                    lcore_cpu_ns_per_pkt: per_lcore
+                        .iter()
+                        .map(|l| l.window.cpu_ns_per_pkt())
+                        .collect(),
                     ok: r.ok,
                 };
                 let o = |v: Option<f64>, d: usize| match v {
@@ -362,7 +411,7 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
                     None => "-".into(),
                 };
                 println!(
-                    "{:<10} {:>7} {:>7} {:>10.3} {:>12.3} {:>7.3} {:>13.3} {:>6} {:>11.0} {:>11.0} {:>9.4} {:>9.3} {:>10} {:>7} {:>6}",
+                    "{:<10} {:>7} {:>7} {:>10.3} {:>12.3} {:>7.3} {:>13.3} {:>lw$} {:>11.0} {:>11.0} {:>9.4} {:>9.3} {:>10} {:>7} {:>6}",
                     pmd_label(pmd),
                     p,
                     frame,
@@ -370,17 +419,25 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
                     mpps,
                     row.ratio,
                     r.goodput_gbps,
-                    loss,
+                    if multi {
+                        format!("{loss:<6} {nl:>6}")
+                    } else {
+                        format!("{loss}")
+                    },
                     raw_ns,
                     fer_ns,
                     row.cpu_ratio,
                     row.acks_per_pkt,
                     o(row.allocs_per_pkt, 2),
                     o(row.alloc_bytes_per_pkt, 0),
-                    if row.ok { "ok" } else { "FAIL" }
+                    if row.ok { "ok" } else { "FAIL" },
+                    lw = lw
                 );
                 if w.data_pkts == 0 {
                     eprintln!("  the run ended before its measuring window closed");
+                }
+                if !per_lcore.is_empty() {
+                    lcore_lines.push(sharded::lcore_line(pmd_label(pmd), p, loss, &per_lcore));
                 }
                 if !r.ok {
                     eprintln!("  errors: {:?}", &r.errors[..r.errors.len().min(5)]);
@@ -398,6 +455,15 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
             }
         }
     }
+    if !lcore_lines.is_empty() {
+        println!(
+            "per lcore (thread CPU over its own shard's data packets; shard 0 also polls the \
+             port and dispatches for the others; busy = CPU time / wall time of its window):"
+        );
+        for l in &lcore_lines {
+            println!("{l}");
+        }
+    }
     println!(
         "benchmark's own verification (client fill + server check of every byte, vector code), \
          measured apart; it is included in fer ns/pkt:"
@@ -408,15 +474,20 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
     if alloc_counts().is_none() {
         println!("allocations not counted: this program has no counting allocator");
     }
-    let mut csv = String::from(
+    let mut csv = format!(
         "pmd,payload,raw_mpps,ferroce_mpps,ratio,goodput_gbps,loss,frame_bytes,retx_pkts,\
          raw_cpu_ns_per_pkt,ferroce_cpu_ns_per_pkt,cpu_ratio,acks_per_pkt,allocs_per_pkt,\
-         alloc_bytes_per_pkt,verify_ns_per_msg,window_data_pkts\n",
+         alloc_bytes_per_pkt,verify_ns_per_msg,window_data_pkts{}\n",
+        if multi {
+            ",lcores,lcore_ns_per_pkt"
+        } else {
+            ""
+        }
     );
     let o = |v: Option<f64>, d: usize| v.map(|x| format!("{x:.d$}")).unwrap_or_default();
     for r in &rows {
         csv.push_str(&format!(
-            "{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.1},{:.1},{:.5},{:.4},{},{},{:.1},{}\n",
+            "{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.1},{:.1},{:.5},{:.4},{},{},{:.1},{}{}\n",
             r.pmd,
             r.payload,
             r.raw_mpps,
@@ -433,7 +504,17 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
             o(r.allocs_per_pkt, 3),
             o(r.alloc_bytes_per_pkt, 1),
             r.verify_ns_per_msg,
-            r.window_data_pkts
+            r.window_data_pkts,
+            if multi {
+                let l: Vec<String> = r
+                    .lcore_cpu_ns_per_pkt
+                    .iter()
+                    .map(|x| format!("{x:.1}"))
+                    .collect();
+                format!(",{},{}", r.lcores, l.join(";"))
+            } else {
+                String::new()
+            }
         ));
     }
     match &a.csv {

@@ -2,6 +2,7 @@
 //! the command itself is [`cli`], its kernel UDP backend runs [`udp`].
 
 mod cli;
+pub mod sharded;
 pub mod udp;
 pub use cli::{main, BENCH_USAGE};
 
@@ -107,6 +108,10 @@ pub struct BenchRow {
     /// message, measured apart; it is part of ferroce_cpu_ns_per_pkt.
     pub verify_ns_per_msg: f64,
     pub window_data_pkts: u64,
+    /// Worker lcores of the transport run (shards per engine), and with more than one the
+    /// CPU ns per data packet of each lcore (its thread's CPU over its own shard's packets).
+    pub lcores: usize,
+    pub lcore_cpu_ns_per_pkt: Vec<f64>,
     pub ok: bool,
 }
 
@@ -338,16 +343,38 @@ fn drive_window(
     timeout: Duration,
     total: u64,
 ) -> (bool, TransportWindow) {
+    drive_window_yield(engines, d, timeout, total, None)
+}
+
+/// [`drive_window`]; with `yield_after`, the thread yields its CPU after that many turns in a
+/// row found nothing to do (a shard waiting for another lcore's frames, on a machine with
+/// fewer cores than busy threads, would otherwise spin out its time slice).
+fn drive_window_yield(
+    engines: &mut [Engine],
+    d: &mut PairDriver,
+    timeout: Duration,
+    total: u64,
+    yield_after: Option<u32>,
+) -> (bool, TransportWindow) {
     let t0 = Instant::now();
     let (lo, hi) = (total / 10, total - total / 10);
     let mut start: Option<Mark> = None;
     let mut w = TransportWindow::default();
     let mut n = 0u32;
+    let mut idle = 0u32;
     loop {
+        let mut work = false;
         for e in engines.iter_mut() {
-            e.poll();
+            work |= e.poll();
         }
-        d.step();
+        work |= d.step();
+        if let Some(y) = yield_after {
+            idle = if work { 0 } else { idle + 1 };
+            if idle >= y {
+                idle = 0;
+                std::thread::yield_now();
+            }
+        }
         n = n.wrapping_add(1);
         if n.is_multiple_of(64) {
             let done = d.client.completed;

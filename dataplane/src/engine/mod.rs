@@ -18,7 +18,9 @@
 mod arp;
 mod handle;
 mod mem;
+mod shard;
 mod shared;
+pub use shard::{shard_of, sharded, DispatchIo, ShardIo, ShardedHandle};
 pub use shared::SharedEngine;
 
 /// What an idle engine loop does next (see [`Engine::idle_plan`]).
@@ -428,8 +430,8 @@ impl Engine {
             Idle::Sleep(us) => {
                 // Until the next timer, a packet's chance to arrive (the PMD is polled), or
                 // a command from the application, which wakes the engine at once.
-                let cmds = &self.cmd_rx;
-                self.waker.sleep(us, || !cmds.is_empty());
+                let (cmds, io) = (&self.cmd_rx, &self.io);
+                self.waker.sleep(us, || !cmds.is_empty() || io.rx_ready());
             }
         }
     }
@@ -524,6 +526,10 @@ impl Engine {
             self.timer_dirty = true;
         }
         if self.flush_tx(now) {
+            work = true;
+        }
+        // A sharded engine's dispatcher moving other shards' frames is busy too.
+        if self.io.take_moved() {
             work = true;
         }
 
