@@ -95,10 +95,28 @@ fn hello() -> Msg {
     }
 }
 
+/// A stream the control channel runs over: TCP between hosts (a Unix socket pair in the
+/// unit tests, which send nothing on any network).
+trait Conn: Read + Write + Send {
+    fn read_timeout(&self, d: Duration) -> std::io::Result<()>;
+}
+
+impl Conn for TcpStream {
+    fn read_timeout(&self, d: Duration) -> std::io::Result<()> {
+        self.set_read_timeout(Some(d))
+    }
+}
+
+impl Conn for std::os::unix::net::UnixStream {
+    fn read_timeout(&self, d: Duration) -> std::io::Result<()> {
+        self.set_read_timeout(Some(d))
+    }
+}
+
 /// One end of the control channel: lines out, lines in with a deadline each.
 struct Channel {
-    rd: BufReader<TcpStream>,
-    wr: TcpStream,
+    rd: BufReader<Box<dyn Conn>>,
+    wr: Box<dyn Conn>,
     peer: String,
 }
 
@@ -109,8 +127,8 @@ impl Channel {
         wr.set_write_timeout(Some(Duration::from_secs(10)))
             .map_err(|e| format!("control channel: {e}"))?;
         Ok(Channel {
-            rd: BufReader::new(s),
-            wr,
+            rd: BufReader::new(Box::new(s)),
+            wr: Box::new(wr),
             peer,
         })
     }
@@ -127,7 +145,7 @@ impl Channel {
     fn recv(&mut self, wait: Duration, what: &str) -> Result<Msg, String> {
         self.rd
             .get_ref()
-            .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
+            .read_timeout(wait.max(Duration::from_millis(1)))
             .map_err(|e| format!("control channel: {e}"))?;
         let mut line = String::new();
         match (&mut self.rd).take(MAX_LINE).read_line(&mut line) {
@@ -462,10 +480,15 @@ fn connect(peer: &str, t: Timeouts) -> Result<Channel, String> {
     let s = TcpStream::connect_timeout(a, t.connect).map_err(|e| {
         format!("--peer {peer}: {e} (is `ferroce bench loss-peer --listen` running there?)")
     })?;
-    let mut ch = Channel::new(s)?;
+    greet(Channel::new(s)?, t)
+}
+
+/// A's side of the hello exchange.
+fn greet(mut ch: Channel, t: Timeouts) -> Result<Channel, String> {
     ch.send(&hello())?;
     let m = ch.recv(t.hello, "hello")?;
-    check_hello(m, peer)?;
+    let peer = ch.peer.clone();
+    check_hello(m, &peer)?;
     Ok(ch)
 }
 
@@ -628,36 +651,40 @@ mod tests {
 
     fn quick() -> Timeouts {
         Timeouts {
-            connect: Duration::from_secs(2),
+            connect: Duration::from_millis(300),
             hello: Duration::from_millis(300),
             ready: Duration::from_millis(300),
             slack: Duration::from_millis(300),
         }
     }
 
-    /// A TCP "peer" on loopback that answers the hello with `answer` (None: stays silent).
-    fn fake_peer(answer: Option<&'static str>) -> (String, std::thread::JoinHandle<()>) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
+    /// A "peer" at the other end of a Unix socket pair that answers the hello with `answer`
+    /// (None: stays silent); A's end of the channel.
+    fn fake_peer(answer: Option<&'static str>) -> (Channel, std::thread::JoinHandle<()>) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let ch = Channel {
+            rd: BufReader::new(Box::new(a.try_clone().unwrap())),
+            wr: Box::new(a),
+            peer: "fake".into(),
+        };
         let h = std::thread::spawn(move || {
-            let (s, _) = l.accept().unwrap();
-            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut r = BufReader::new(b.try_clone().unwrap());
             let mut line = String::new();
             let _ = r.read_line(&mut line);
             if let Some(a) = answer {
-                let _ = (&s).write_all(a.as_bytes());
+                let _ = (&b).write_all(a.as_bytes());
             }
             std::thread::sleep(Duration::from_millis(800));
         });
-        (addr, h)
+        (ch, h)
     }
 
     #[test]
     fn a_peer_of_another_protocol_version_is_refused_by_name() {
-        let (addr, h) = fake_peer(Some(
+        let (ch, h) = fake_peer(Some(
             "{\"msg\":\"hello\",\"proto\":99,\"ferroce\":\"9.9.9\"}\n",
         ));
-        let e = connect(&addr, quick()).err().expect("refused");
+        let e = greet(ch, quick()).err().expect("refused");
         assert!(
             e.contains("version mismatch") && e.contains("v99") && e.contains("9.9.9"),
             "{e}"
@@ -667,9 +694,9 @@ mod tests {
 
     #[test]
     fn a_silent_peer_times_out_instead_of_hanging() {
-        let (addr, h) = fake_peer(None);
+        let (ch, h) = fake_peer(None);
         let t0 = Instant::now();
-        let e = connect(&addr, quick()).err().expect("timed out");
+        let e = greet(ch, quick()).err().expect("timed out");
         assert!(e.contains("did not answer"), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(5));
         h.join().unwrap();
@@ -677,8 +704,8 @@ mod tests {
 
     #[test]
     fn something_else_on_the_port_is_named_as_such() {
-        let (addr, h) = fake_peer(Some("SSH-2.0-OpenSSH_9.6\n"));
-        let e = connect(&addr, quick()).err().expect("refused");
+        let (ch, h) = fake_peer(Some("SSH-2.0-OpenSSH_9.6\n"));
+        let e = greet(ch, quick()).err().expect("refused");
         assert!(e.contains("not a control message"), "{e}");
         h.join().unwrap();
     }
