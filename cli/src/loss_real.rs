@@ -52,7 +52,7 @@ enum Runner {
     /// Both here, in a namespace over veth or memif.
     Local(ibverbs::bench::WriteBw),
     /// The server on a peer host.
-    Remote(Remote),
+    Remote(Box<Remote>),
 }
 
 /// Runs the sweep; Ok(false) when a run failed.
@@ -72,7 +72,7 @@ pub fn run(a: &BenchArgs, opts: Opts, bar: &dyn Progress) -> Result<bool, String
     let secs = a.seconds.unwrap_or(if a.quick { 2 } else { 5 });
     let size = 65_536;
     let mut runner = match &a.peer {
-        Some(peer) => Runner::Remote(Remote::new(a, peer, Timeouts::default())?),
+        Some(peer) => Runner::Remote(Box::new(Remote::new(a, peer, Timeouts::default())?)),
         None => Runner::Local(ibverbs::bench::WriteBw::new(&a.pmd, a.lib.as_deref())?),
     };
     let joined = match &runner {
