@@ -23,7 +23,7 @@ pub enum Command {
     /// Benchmarks on the simulated reference fabric (128-host fat tree, 100 Gb/s, 1 µs/hop):
     /// loss tolerance vs. RoCEv2, incast, permutation, multipath. Prints tables, writes CSV
     /// and SVG plots.
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// The DPDK poll-mode engine: run it from a TOML config, print a default config, etc.
     /// (`ferroce dataplane --help` for its own options).
     Dataplane {
@@ -66,6 +66,11 @@ pub enum BenchWhich {
     /// (--quick: 64 KiB), native / native 1 path / RoCEv2, lossless, 1 % loss, a core link
     /// down; completion time against the ideal. Not part of `all` (full mode takes hours).
     Collective,
+    /// The far end of `bench loss --real --peer` on a second host: listens for the sweep's
+    /// control connection (`--listen IP:PORT`) and runs, for each point it is told, the
+    /// `ib_write_bw` server over the shim with its own engine, then reports that engine's
+    /// counters back (needs perftest and a built shim; root for DPDK).
+    LossPeer,
     /// All four, then the thresholds in one list.
     All,
     /// The sans-IO core alone: two endpoints exchanging WRITEs in memory (fake clock), CPU
@@ -123,6 +128,32 @@ pub struct BenchArgs {
     /// this program, or $FERROCE_VERBS_LIB].
     #[arg(long, value_name = "DIR", global = true)]
     pub lib: Option<PathBuf>,
+    /// Loss --real only: run across two hosts: the control address `HOST:PORT` of `ferroce
+    /// bench loss-peer --listen` on the other host (which runs the ib_write_bw servers;
+    /// perftest's own exchange goes to HOST too). Needs --local-pmd and --local-ip.
+    #[arg(long, value_name = "HOST:PORT", global = true)]
+    pub peer: Option<String>,
+    /// Loss-peer only: the control channel's listening address.
+    #[arg(long, value_name = "IP:PORT", global = true)]
+    pub listen: Option<String>,
+    /// Loss-peer only: serve one sweep, then exit.
+    #[arg(long, global = true)]
+    pub once: bool,
+    /// Loss --real --peer and loss-peer: this host's engine port, as the shim's FERROCE_PMD
+    /// (e.g. `net_af_packet0,iface=eth1,framecnt=8192`, or a PCI device's EAL name).
+    #[arg(long, value_name = "VDEV", global = true)]
+    pub local_pmd: Option<String>,
+    /// Loss --real --peer and loss-peer: this host's engine address (FERROCE_IP), one the
+    /// kernel does not have, on the link the engine's port is on.
+    #[arg(long, value_name = "IP", global = true)]
+    pub local_ip: Option<String>,
+    /// Loss --real --peer only: the peer's engine port (FERROCE_PMD there) [default: its own
+    /// --local-pmd].
+    #[arg(long, value_name = "VDEV", global = true)]
+    pub peer_pmd: Option<String>,
+    /// Loss --real --peer only: the peer's engine address [default: its own --local-ip].
+    #[arg(long, value_name = "IP", global = true)]
+    pub peer_ip: Option<String>,
     /// Incast only: run just these sender counts (comma-separated, e.g. `64` or `8,64`).
     #[arg(long, value_delimiter = ',', value_name = "N,...", global = true,
           value_parser = clap::value_parser!(u16).range(1..=127))]

@@ -5,8 +5,13 @@
 //! `bench loss` runs of the same modes, in this process). Shares are of the same mode's
 //! lossless goodput measured in the same sweep, so they compare across machines where the
 //! absolute rates do not.
+//!
+//! With `--peer HOST:PORT` the two processes are on two hosts: this one runs the clients,
+//! `ferroce bench loss-peer` on the other the servers, told each point over a control
+//! channel ([`crate::loss_peer`]), and its engine's counters join the table.
 
 use crate::args::BenchArgs;
+use crate::loss_peer::{EngineFigures, Remote, Timeouts};
 use ferroce_benches::csv::{num, Csv};
 use ferroce_benches::loss::{self, LossConfig, LossModel, Mode};
 use ferroce_benches::plot::{self, Axes, Series};
@@ -37,6 +42,17 @@ struct Point {
     error: Option<String>,
     share: Option<f64>,
     sim_share: Option<f64>,
+    /// Two hosts: this host's engine and the peer's, as their counters tell.
+    local: Option<EngineFigures>,
+    peer: Option<EngineFigures>,
+}
+
+/// Where the two ib_write_bw processes run.
+enum Runner {
+    /// Both here, in a namespace over veth or memif.
+    Local(ibverbs::bench::WriteBw),
+    /// The server on a peer host.
+    Remote(Box<Remote>),
 }
 
 /// Runs the sweep; Ok(false) when a run failed.
@@ -55,13 +71,25 @@ pub fn run(a: &BenchArgs, opts: Opts, bar: &dyn Progress) -> Result<bool, String
     };
     let secs = a.seconds.unwrap_or(if a.quick { 2 } else { 5 });
     let size = 65_536;
-    let mut bw = ibverbs::bench::WriteBw::new(&a.pmd, a.lib.as_deref())?;
+    let mut runner = match &a.peer {
+        Some(peer) => Runner::Remote(Box::new(Remote::new(a, peer, Timeouts::default())?)),
+        None => Runner::Local(ibverbs::bench::WriteBw::new(&a.pmd, a.lib.as_deref())?),
+    };
+    let joined = match &runner {
+        Runner::Local(bw) => format!(
+            "two processes and their engines joined by {}",
+            bw.pmd_name()
+        ),
+        Runner::Remote(r) => format!(
+            "the client here and the server on a second host: {}",
+            r.describe()
+        ),
+    };
     println!(
-        "ferroce bench loss --real: ib_write_bw -s {size} -D {secs} over the verbs shim, two \
-         processes and their engines joined by {}, every transmit of both losing p; native \
-         (16 paths, the shim's default) and RoCEv2 (go-back-N, local ACK timeout exponent \
-         14 as perftest asks); the simulator's share for the same mode and loss beside",
-        bw.pmd_name()
+        "ferroce bench loss --real: ib_write_bw -s {size} -D {secs} over the verbs shim, \
+         {joined}, every transmit of both losing p; native (16 paths, the shim's default) and \
+         RoCEv2 (go-back-N, local ACK timeout exponent 14 as perftest asks); the simulator's \
+         share for the same mode and loss beside"
     );
     let mut points = Vec::new();
     bar.begin("loss --real", (MODES.len() * rates.len()) as u64);
@@ -69,7 +97,13 @@ pub fn run(a: &BenchArgs, opts: Opts, bar: &dyn Progress) -> Result<bool, String
         let mut lossless = None;
         for &p in &rates {
             bar.step(&format!("{mode}, loss {:.1} %", p * 100.0));
-            let r = bw.run(dev, size, secs, p);
+            let (r, local, peer) = match &mut runner {
+                Runner::Local(bw) => (bw.run(dev, size, secs, p), None, None),
+                Runner::Remote(rm) => {
+                    let x = rm.run(mode, dev, size, secs, p);
+                    (x.gbps, x.local, x.peer)
+                }
+            };
             let (gbps, error) = match r {
                 Ok(g) => (Some(g), None),
                 Err(e) => (None, Some(e)),
@@ -88,10 +122,14 @@ pub fn run(a: &BenchArgs, opts: Opts, bar: &dyn Progress) -> Result<bool, String
                 error,
                 share,
                 sim_share: None,
+                local,
+                peer,
             });
         }
     }
     bar.end();
+    // Ends the control session (the peer waits for the next sweep) before the simulator runs.
+    drop(runner);
     // The simulator's figures for the same rates and modes.
     let mut cfg = LossConfig::new(opts);
     cfg.rates = rates.clone();
@@ -142,26 +180,46 @@ pub fn run(a: &BenchArgs, opts: Opts, bar: &dyn Progress) -> Result<bool, String
 }
 
 fn table(points: &[Point]) -> String {
+    let two = points.iter().any(|p| p.peer.is_some() || p.local.is_some());
     let mut s = format!(
-        "\n{:<8} {:>7} {:>11} {:>7} {:>10}\n{}\n",
-        "mode",
-        "loss",
-        "Gbit/s",
-        "share",
-        "sim share",
-        "-".repeat(47)
+        "\n{:<8} {:>7} {:>11} {:>7} {:>10}",
+        "mode", "loss", "Gbit/s", "share", "sim share"
     );
+    if two {
+        s.push_str(&format!(
+            " {:>9} {:>10} {:>9} {:>10} {:>9}",
+            "A retx", "A lost", "B rx", "B lost", "B retx"
+        ));
+    }
+    s.push_str(&format!("\n{}\n", "-".repeat(if two { 100 } else { 47 })));
     let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
+    let n = |e: Option<EngineFigures>, g: &dyn Fn(&EngineFigures) -> u64| {
+        e.map_or("-".to_string(), |e| g(&e).to_string())
+    };
     for p in points {
         s.push_str(&format!(
-            "{:<8} {:>6.1}% {:>11} {:>7} {:>10}{}\n",
+            "{:<8} {:>6.1}% {:>11} {:>7} {:>10}",
             p.mode,
             p.loss * 100.0,
             f(p.gbps, 3),
             f(p.share, 3),
             f(p.sim_share, 3),
-            if p.error.is_some() { "  failed" } else { "" }
         ));
+        if two {
+            s.push_str(&format!(
+                " {:>9} {:>10} {:>9} {:>10} {:>9}",
+                n(p.local, &|e| e.retx_pkts),
+                n(p.local, &|e| e.fault_dropped),
+                n(p.peer, &|e| e.rx_datagrams),
+                n(p.peer, &|e| e.fault_dropped),
+                n(p.peer, &|e| e.retx_pkts),
+            ));
+        }
+        s.push_str(if p.error.is_some() {
+            "  failed\n"
+        } else {
+            "\n"
+        });
     }
     s.push_str(
         "  share: goodput / the same mode's lossless goodput in this sweep; sim share: the \
@@ -170,11 +228,34 @@ fn table(points: &[Point]) -> String {
          a local veth the bandwidth-delay product is a few packets, so going back N resends \
          little; the 67 ms ACK timeout that dominates at higher loss is the same in both\n",
     );
+    if two {
+        s.push_str(
+            "  A: this host's engine (clients), B: the peer's (servers), from their counters: \
+             packets resent, frames its loss injector dropped, datagrams received\n",
+        );
+    }
     s
 }
 
 fn csv(points: &[Point]) -> Csv {
-    let mut c = Csv::new(&["mode", "loss", "goodput_gbps", "share", "sim_share", "ok"]);
+    let mut c = Csv::new(&[
+        "mode",
+        "loss",
+        "goodput_gbps",
+        "share",
+        "sim_share",
+        "ok",
+        "local_retx",
+        "local_fault_dropped",
+        "peer_rx_datagrams",
+        "peer_tx_datagrams",
+        "peer_fault_frames",
+        "peer_fault_dropped",
+        "peer_retx",
+    ]);
+    let n = |e: Option<EngineFigures>, g: &dyn Fn(&EngineFigures) -> u64| {
+        e.map_or(String::new(), |e| g(&e).to_string())
+    };
     for p in points {
         c.push(vec![
             p.mode.into(),
@@ -183,6 +264,13 @@ fn csv(points: &[Point]) -> Csv {
             num(p.share, 4),
             num(p.sim_share, 4),
             if p.error.is_none() { "1" } else { "0" }.into(),
+            n(p.local, &|e| e.retx_pkts),
+            n(p.local, &|e| e.fault_dropped),
+            n(p.peer, &|e| e.rx_datagrams),
+            n(p.peer, &|e| e.tx_datagrams),
+            n(p.peer, &|e| e.fault_frames),
+            n(p.peer, &|e| e.fault_dropped),
+            n(p.peer, &|e| e.retx_pkts),
         ]);
     }
     c

@@ -6,6 +6,7 @@ mod bench;
 mod bench_collective;
 mod compliance;
 mod format;
+mod loss_peer;
 mod loss_real;
 mod output;
 mod run;
@@ -68,6 +69,9 @@ fn main() -> ExitCode {
         }
         Command::Bench(a) if a.which == args::BenchWhich::Verbs => {
             Ok(ibverbs::bench::main_bench(&[]) == 0)
+        }
+        Command::Bench(a) if a.which == args::BenchWhich::LossPeer => {
+            loss_peer::serve(&a).map(|()| true)
         }
         Command::Bench(a) => bench::run(&a),
         Command::Dataplane { args } => {

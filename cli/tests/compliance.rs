@@ -22,7 +22,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_ferroce");
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Run the suite in `ns`; its JSON report (and the raw output for messages).
-fn suite(ns: &str, target: &str, bind: &str, keys: &str, cases: &[&str]) -> (Value, String) {
+fn suite(
+    ns: &str,
+    target: &str,
+    bind: &str,
+    keys: &str,
+    cases: &[&str],
+    extra: &[&str],
+) -> (Value, String) {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", ns, BIN, "compliance", "--json"])
         .args(std::env::var_os("FERROCE_COMPLIANCE_TRACE").map(|_| "--trace"))
@@ -30,6 +37,7 @@ fn suite(ns: &str, target: &str, bind: &str, keys: &str, cases: &[&str]) -> (Val
     for c in cases {
         cmd.args(["--case", c]);
     }
+    cmd.args(extra);
     let (code, out, err) = run_limited(&mut cmd, Duration::from_secs(90));
     let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
     assert!(
@@ -213,7 +221,15 @@ timeout_s = 120
     // FERROCE_COMPLIANCE_CASES="a b" runs only those (for debugging).
     let only = std::env::var("FERROCE_COMPLIANCE_CASES").unwrap_or_default();
     let only: Vec<&str> = only.split_whitespace().collect();
-    let (v, out) = suite(&veth.ns[0], &engine, &k0, &keys, &only);
+    let vdir = vectors_dir();
+    let (v, out) = suite(
+        &veth.ns[0],
+        &engine,
+        &k0,
+        &keys,
+        &only,
+        &["--vectors", &vdir],
+    );
     // SIGTERM first: the engine stops, prints its summary and lets DPDK clean up after
     // itself; SIGKILL (the guard) only if it does not end in time.
     let pid = engine_proc.0.as_ref().map(|c| c.id()).unwrap_or(0);
@@ -240,6 +256,32 @@ timeout_s = 120
             "DPDK engine"
         },
     );
+    assert_vectors_replayed(&v, &out);
+}
+
+/// The behavioural vectors, replayed by `--vectors`.
+fn vectors_dir() -> String {
+    format!("{}/../spec/vectors/behaviour", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every vector was reported; those that need no set-up of their own (9 of the 14 today)
+/// passed, the others are n/a with a reason, none failed (assert_all_pass).
+fn assert_vectors_replayed(v: &Value, out: &str) {
+    let r = results(v);
+    let vec: Vec<&(String, String, String)> =
+        r.iter().filter(|c| c.0.starts_with("vector:")).collect();
+    assert!(
+        vec.len() >= 14,
+        "only {} vectors reported: {out}",
+        vec.len()
+    );
+    let passed: Vec<&str> = vec
+        .iter()
+        .filter(|c| c.1 == "pass")
+        .map(|c| c.0.as_str())
+        .collect();
+    println!("vectors replayed and passed: {passed:?}");
+    assert!(passed.len() >= 9, "vectors passed: {passed:?}: {out}");
 }
 
 /// A directory removed however the test ends.
@@ -252,11 +294,11 @@ impl Drop for TmpDir {
 }
 
 /// A peer on a kernel socket in a fresh namespace; the suite's report against it.
-fn against_peer(tag: &str, broken: Broken, cases: &[&str]) -> (Value, String) {
+fn against_peer(tag: &str, broken: Broken, cases: &[&str], extra: &[&str]) -> (Value, String) {
     let (me, them) = (addr(101), addr(102));
     let ns = LoNs::create(tag, &[&me, &them]);
     let peer = BrokenPeer::start(&ns.0, them.parse().unwrap(), broken);
-    let r = suite(&ns.0, &them, &me, &peer.keys.to_arg(), cases);
+    let r = suite(&ns.0, &them, &me, &peer.keys.to_arg(), cases, extra);
     drop(peer);
     r
 }
@@ -267,8 +309,10 @@ fn compliance_suite_passes_against_the_transport_endpoint_on_kernel_udp() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (v, out) = against_peer("ck", Broken::None, &[]);
+    let vdir = vectors_dir();
+    let (v, out) = against_peer("ck", Broken::None, &[], &["--vectors", &vdir]);
     assert_all_pass(&v, &out, "transport endpoint on kernel UDP");
+    assert_vectors_replayed(&v, &out);
 }
 
 #[test]
@@ -289,13 +333,56 @@ fn compliance_suite_names_the_requirement_a_broken_peer_breaks() {
     ];
     let mut wrong = Vec::new();
     for (i, (b, case, req)) in table.iter().enumerate() {
-        let (v, out) = against_peer(&format!("cb{i}"), *b, &[case]);
+        let (v, out) = against_peer(&format!("cb{i}"), *b, &[case], &[]);
         let r = results(&v);
         let got = r.first().cloned().unwrap_or_default();
         println!("{b:?}: case {} {} [{}]", got.0, got.1, got.2);
         if got.1 != "fail" || got.2 != *req {
             wrong.push(format!(
                 "{b:?}: want {case} to fail on {req}, got {got:?}\n{out}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The replayed vectors catch a broken peer too, naming the vector's requirements: four
+/// misbehaviours, four vectors, four requirements.
+#[test]
+fn replayed_vectors_name_the_requirement_a_broken_peer_breaks() {
+    if !need_root("replayed_vectors_name_the_requirement_a_broken_peer_breaks") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let vdir = vectors_dir();
+    let table = [
+        (Broken::ProbeAckOwnPort, "vector:reflection", "PATH-8"),
+        (Broken::CloseAckReason, "vector:close", "WIRE-28"),
+        (Broken::NoTsEcho, "vector:write_ack_duplicate", "ACK-4"),
+        (Broken::NoSequenceNack, "vector:out_of_window", "RECV-4"),
+    ];
+    let mut wrong = Vec::new();
+    for (i, (b, vector, req)) in table.iter().enumerate() {
+        let (v, out) = against_peer(
+            &format!("cv{i}"),
+            *b,
+            &[],
+            &["--vectors", &vdir, "--vectors-only"],
+        );
+        let r = results(&v);
+        assert!(
+            r.iter().all(|c| c.0.starts_with("vector:")),
+            "--vectors-only ran cases: {out}"
+        );
+        let got = r
+            .iter()
+            .find(|c| c.0 == *vector)
+            .cloned()
+            .unwrap_or_default();
+        println!("{b:?}: {} {} [{}]", got.0, got.1, got.2);
+        if got.1 != "fail" || !got.2.split(' ').any(|x| x == *req) {
+            wrong.push(format!(
+                "{b:?}: want {vector} to fail on {req}, got {got:?}\n{out}"
             ));
         }
     }

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod mem;
 pub mod path;
 pub mod roce;
+pub mod script;
 pub mod wire;
 
 pub use api::*;

@@ -231,11 +231,7 @@ fn perftest(
         String::from_utf8_lossy(&co.stdout),
         String::from_utf8_lossy(&co.stderr)
     );
-    let row = text
-        .lines()
-        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
-        .find(|f| f.len() >= 5 && f[0].parse::<u64>().is_ok() && f[1].parse::<u64>().is_ok());
-    match row {
+    match perftest_row(&text) {
         Some(r) if co.status.success() && so.status.success() => Ok(r),
         _ => Err(format!(
             "{prog} failed (client {:?}, server {:?}):\n{text}\n{}",
@@ -244,6 +240,13 @@ fn perftest(
             String::from_utf8_lossy(&so.stderr)
         )),
     }
+}
+
+/// The result row of a perftest program's output (bytes, iterations, then the figures).
+pub fn perftest_row(text: &str) -> Option<Vec<String>> {
+    text.lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|f| f.len() >= 5 && f[0].parse::<u64>().is_ok() && f[1].parse::<u64>().is_ok())
 }
 
 /// Wait (up to 5 s) until every port's link is up: a memif client connects asynchronously.
@@ -668,8 +671,28 @@ fn run(a: &Args) -> Result<Vec<Row>, String> {
 }
 
 /// perftest's "BW average [MB/sec]" (its MB = 2^20 bytes) as Gbit/s.
-fn mb_to_gbps(mb: f64) -> f64 {
+pub fn mb_to_gbps(mb: f64) -> f64 {
     mb * 8.0 * 1.048_576 / 1000.0
+}
+
+/// A directory for `LD_LIBRARY_PATH` with the shim (from `lib`, as `--lib`) as
+/// `libibverbs.so.1`, for one perftest program run on this host alone (`ferroce bench loss
+/// --real --peer`); removed when dropped.
+pub struct ShimLibs(pub PathBuf);
+
+impl ShimLibs {
+    pub fn new(lib: Option<&Path>) -> Result<ShimLibs, String> {
+        if !Path::new("/usr/bin/ib_write_bw").exists() {
+            return Err("/usr/bin/ib_write_bw missing: install perftest".into());
+        }
+        Ok(ShimLibs(lib_dir(&find_shim(lib)?)?))
+    }
+}
+
+impl Drop for ShimLibs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// `ib_write_bw` over the shim on one veth loop, run again and again (for `ferroce bench loss

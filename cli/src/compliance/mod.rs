@@ -8,6 +8,7 @@ mod cases;
 mod cases_data;
 mod cases_remote;
 mod peer;
+mod vectors;
 
 pub use peer::{Net, Peer};
 
@@ -20,6 +21,7 @@ pub use ferroce_workload::compliance::ProfileKeys;
 pub const USAGE: &str = "\
 usage: ferroce compliance --target IP[:PORT] --rkeys KEYS [--bind IP[:PORT]] [--json]
                           [--case NAME]... [--list] [--trace] [--answer-ms N] [--quiet-ms N]
+                          [--vectors DIR [--vectors-only]]
 
   --target IP[:PORT]  the implementation under test (native port 4792 by default); it must
                       run the compliance target profile of spec/compliance.md (ferroce's
@@ -29,6 +31,10 @@ usage: ferroce compliance --target IP[:PORT] --rkeys KEYS [--bind IP[:PORT]] [--
   --bind IP[:PORT]    where the suite receives the target's packets (default 0.0.0.0:4792:
                       targets send everything to the native port)
   --case NAME         run only this case (repeatable); --list prints the cases
+  --vectors DIR       also replay the behavioural vectors of DIR (spec/vectors/behaviour):
+                      each as `vector:NAME` with its requirements; pass, fail, or n/a with
+                      the reason (what it sets up that the profile does not offer)
+  --vectors-only      replay the vectors only, no cases
   --json              print the report as JSON instead of a table
   --trace             print every datagram sent and received (stderr)
   --answer-ms N       how long to wait for an answer the spec requires (default 1000)
@@ -134,8 +140,14 @@ pub struct Report {
     pub cases: Vec<CaseReport>,
 }
 
-/// Run `names` (all cases when empty) against the target.
-pub fn run(env: &Env, names: &[String]) -> Result<Report, String> {
+/// Run `names` (all cases when empty, none with `only_vectors`) against the target, then the
+/// behavioural vectors of `vectors`.
+pub fn run(
+    env: &Env,
+    names: &[String],
+    vectors: Option<&std::path::Path>,
+    only_vectors: bool,
+) -> Result<Report, String> {
     let cases = all_cases();
     for n in names {
         if !cases.iter().any(|c| c.name == n) {
@@ -147,6 +159,7 @@ pub fn run(env: &Env, names: &[String]) -> Result<Report, String> {
     let mut out = Vec::new();
     for c in cases
         .iter()
+        .filter(|_| !only_vectors)
         .filter(|c| names.is_empty() || names.iter().any(|n| n == c.name))
     {
         let t0 = Instant::now();
@@ -170,6 +183,25 @@ pub fn run(env: &Env, names: &[String]) -> Result<Report, String> {
         // What a finished case's connection still gets (late answers) is not the next one's.
         std::thread::sleep(Duration::from_millis(5));
     }
+    if let Some(dir) = vectors {
+        match &silent {
+            // Each would wait for its first answer in vain.
+            Some(f) => {
+                for path in vectors::files(dir)? {
+                    let name = path.file_stem().unwrap_or_default().to_string_lossy();
+                    out.push(CaseReport {
+                        name: format!("vector:{name}"),
+                        requirements: vec![],
+                        result: "fail".into(),
+                        failure: Some(f.clone()),
+                        notes: vec![],
+                        elapsed_ms: 0.0,
+                    });
+                }
+            }
+            None => out.extend(vectors::run(env, dir)?),
+        }
+    }
     let count = |r: &str| out.iter().filter(|c| c.result == r).count();
     Ok(Report {
         target: env.net.target.to_string(),
@@ -184,7 +216,7 @@ pub fn run(env: &Env, names: &[String]) -> Result<Report, String> {
 pub fn render(r: &Report) -> String {
     let mut s = format!("ferroce compliance: target {}\n\n", r.target);
     s.push_str(&format!(
-        "{:<18} {:<6} {:<44} detail\n",
+        "{:<26} {:<6} {:<44} detail\n",
         "case", "result", "requirements"
     ));
     for c in &r.cases {
@@ -194,7 +226,7 @@ pub fn render(r: &Report) -> String {
             None => c.notes.join("; "),
         };
         s.push_str(&format!(
-            "{:<18} {:<6} {:<44} {}\n",
+            "{:<26} {:<6} {:<44} {}\n",
             c.name, c.result, reqs, detail
         ));
     }
@@ -224,6 +256,8 @@ pub fn main(args: &[String]) -> i32 {
     let mut keys = None;
     let (mut json, mut list, mut trace) = (false, false, false);
     let mut names = Vec::new();
+    let mut vectors: Option<std::path::PathBuf> = None;
+    let mut only_vectors = false;
     let (mut answer_ms, mut quiet_ms) = (1000u64, 100u64);
     let mut it = args.iter();
     let port = ferroce_transport::wire::NATIVE_UDP_PORT;
@@ -239,6 +273,8 @@ pub fn main(args: &[String]) -> i32 {
                 "--bind" => bind = addr(&val()?, port)?,
                 "--rkeys" => keys = Some(ProfileKeys::parse(&val()?)?),
                 "--case" => names.push(val()?),
+                "--vectors" => vectors = Some(val()?.into()),
+                "--vectors-only" => only_vectors = true,
                 "--json" => json = true,
                 "--trace" => trace = true,
                 "--list" => list = true,
@@ -282,7 +318,10 @@ pub fn main(args: &[String]) -> i32 {
         trace,
         t0: Instant::now(),
     };
-    let report = match run(&env, &names) {
+    if only_vectors && vectors.is_none() {
+        return usage("--vectors-only needs --vectors DIR".into());
+    }
+    let report = match run(&env, &names, vectors.as_deref(), only_vectors) {
         Ok(r) => r,
         Err(e) => return usage(e),
     };

@@ -10,7 +10,9 @@
 //!   picks the socket: one socket bound to each source port in use, created on demand (up to
 //!   `max_sockets`, the oldest closed first), so the kernel sends each path's datagrams from
 //!   its own port and ECMP in the network keeps spreading paths. A burst is grouped by source
-//!   port (stable, so each path keeps its order) and each group leaves in `sendmmsg` calls.
+//!   port (stable, so each path keeps its order) and each group leaves in `sendmmsg` calls,
+//!   runs of equal-sized datagrams to one destination as one GSO message each (UDP_SEGMENT:
+//!   one trip through the kernel's stack per run; off for good if the kernel refuses it).
 //! - receive: every peer sends to the well-known port (the transport's `udp_port`), so one
 //!   socket bound to it receives everything, straight into mbufs behind room for the headers
 //!   (`recvmmsg`); the source address comes from the kernel, the destination from
@@ -77,6 +79,8 @@ pub struct UdpCounters {
     /// A source port could not be bound (in use by another socket): its datagrams left from
     /// the well-known port's socket instead (same path, less entropy).
     pub src_port_fallback: u64,
+    /// The kernel refused a GSO send (UDP_SEGMENT): datagrams go one message each since.
+    pub gso_off: bool,
     pub last_error: Option<String>,
 }
 
@@ -242,6 +246,7 @@ impl UdpIo {
             ttl: 0,
         };
         let mut list = [empty; MAX_BATCH];
+        let gso_errno = [libc::EINVAL, libc::EOPNOTSUPP, libc::EIO];
         while at < idx.len() {
             let chunk = &idx[at..(at + MAX_BATCH).min(idx.len())];
             let mut n = 0;
@@ -257,7 +262,7 @@ impl UdpIo {
                 n += 1;
             }
             self.c.tx_calls += 1;
-            match sock.send_batch(&list[..n]) {
+            match sock.send_batch(&list[..n], !self.c.gso_off) {
                 Ok(k) => {
                     for (j, &(_, i)) in chunk[..k].iter().enumerate() {
                         self.fate[i as usize] = Fate::Gone;
@@ -279,6 +284,11 @@ impl UdpIo {
                 Err(e) if is_busy(&e) => {
                     self.c.tx_busy += 1;
                     break;
+                }
+                Err(e) if !self.c.gso_off && gso_errno.contains(&e.raw_os_error().unwrap_or(0)) => {
+                    // A kernel or device without UDP GSO: send the same chunk again, plainly.
+                    self.c.gso_off = true;
+                    self.c.last_error = Some(format!("UDP_SEGMENT refused ({e}): GSO off"));
                 }
                 Err(e) => {
                     // The first datagram was refused: drop it (counted), go on with the rest.
