@@ -33,6 +33,14 @@ impl Pattern {
         }
     }
 
+    /// The pattern named `s` (its `name`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        [Pattern::AllToAll, Pattern::Ring]
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown pattern {s:?} (all-to-all, ring-allreduce)"))
+    }
+
     /// Payload bytes each host must send for per-host size `s` on `n` hosts.
     pub fn bytes_per_host(self, s: u64, n: u64) -> u64 {
         match self {
@@ -68,6 +76,14 @@ impl Engine {
             Engine::Roce => "rocev2",
         }
     }
+
+    /// The engine named `s` (its `name`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Engine::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| format!("unknown engine {s:?} (native, native-1path, rocev2)"))
+    }
 }
 
 /// Fabric condition of a run.
@@ -88,6 +104,23 @@ impl Condition {
             Condition::Lossless => "lossless".into(),
             Condition::Loss(p) => format!("loss-{}%", p * 100.0),
             Condition::CoreLinkDown => "core-link-down".into(),
+        }
+    }
+
+    /// `lossless`, `core-link-down`, or `loss-P%` / `loss-P` (P in percent).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "lossless" => Ok(Condition::Lossless),
+            "core-link-down" => Ok(Condition::CoreLinkDown),
+            _ => s
+                .strip_prefix("loss-")
+                .map(|p| p.trim_end_matches('%'))
+                .and_then(|p| p.parse::<f64>().ok())
+                .filter(|p| (0.0..100.0).contains(p))
+                .map(|p| Condition::Loss(p / 100.0))
+                .ok_or_else(|| {
+                    format!("unknown condition {s:?} (lossless, loss-1%, core-link-down)")
+                }),
         }
     }
 }
@@ -145,10 +178,53 @@ pub struct CollectiveRow {
     pub fraction: Option<f64>,
     pub retransmits: u64,
     pub timeouts: u64,
+    /// Native only: why packets were declared lost, summed over every path of every host.
+    pub causes: LossCauses,
     pub drops: u64,
     pub errors: Vec<String>,
     pub events: u64,
     pub wall_s: f64,
+}
+
+/// What made native senders resend, summed over every path of every connection of every
+/// host (zero for RoCEv2, whose go-back-N has no per-cause counters), and the copies the
+/// receivers got twice (a resend whose original had arrived: spurious).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LossCauses {
+    /// Holes below a higher selectively acknowledged PSN.
+    pub sack_holes: u64,
+    /// Declared lost by time (RACK).
+    pub time_losses: u64,
+    pub tlps: u64,
+    pub rtos: u64,
+    pub rx_duplicates: u64,
+    /// Chunks acknowledged twice: spurious resends (both copies arrived).
+    pub redundant: u64,
+    /// ACK blocks whose hold exceeded the configured ACK delay, and the longest (ns).
+    pub long_holds: u64,
+    pub max_hold_ns: u64,
+}
+
+impl LossCauses {
+    pub fn of(sim: &Sim<NodeHost>) -> Self {
+        let mut c = LossCauses::default();
+        for h in sim.hosts() {
+            let Some(ep) = h.native() else { continue };
+            for conn in ep.connections() {
+                c.rx_duplicates += conn.counters.rx_duplicates;
+                c.redundant += conn.counters.acks_redundant;
+                c.long_holds += conn.counters.rx_ack_holds_long;
+                c.max_hold_ns = c.max_hold_ns.max(conn.counters.rx_ack_hold_max_ns);
+                for p in conn.paths() {
+                    c.sack_holes += p.counters.sack_holes;
+                    c.time_losses += p.counters.time_losses;
+                    c.tlps += p.counters.tlps;
+                    c.rtos += p.counters.rtos;
+                }
+            }
+        }
+        c
+    }
 }
 
 /// Result of the collective benchmark.
@@ -278,17 +354,22 @@ fn run_one(
     let n = fabric::FAT_TREE_HOSTS;
     let all: Vec<HostId> = (0..n as u32).map(HostId).collect();
     let mut errors = Vec::new();
-    match cond {
-        Condition::Lossless => {}
-        Condition::Loss(p) => multi::set_uplink_faults(&mut sim, &all, FaultConfig::loss(p)),
-        Condition::CoreLinkDown => {
-            if !take_core_link_down(&mut sim) {
-                errors.push("no core link to take down".to_string());
-            }
-        }
+    if cond == Condition::CoreLinkDown && !take_core_link_down(&mut sim) {
+        errors.push("no core link to take down".to_string());
     }
     let fl = flows(cfg, pattern, n, size);
     let h: Vec<FlowHandle> = multi::start_flows(&mut sim, &fl);
+    // A job opens its connections at start-up, not inside the collective: the loss starts
+    // at T0, with every connection open (a lost OPEN waits out the 1 ms open timeout, and
+    // a few of 16,256 handshakes would decide the job's time).
+    sim.run_until(T0);
+    let not_open = h.len() - open_connections(&sim, &h);
+    if not_open > 0 {
+        errors.push(format!("{not_open} connections not open at T0"));
+    }
+    if let Condition::Loss(p) = cond {
+        multi::set_uplink_faults(&mut sim, &all, FaultConfig::loss(p));
+    }
     if pattern == Pattern::Ring {
         for f in &h {
             sim.host_mut(f.client).chain_client(f.index);
@@ -333,11 +414,28 @@ fn run_one(
         fraction: jct_ns.map(|j| ideal_ns as f64 / j.max(1) as f64),
         retransmits: tot.retx_pkts,
         timeouts: tot.timeouts,
+        causes: LossCauses::of(&sim),
         drops: sim.stats().totals().dropped(),
         errors,
         events: sim.events_processed(),
         wall_s: t_wall.elapsed().as_secs_f64(),
     }
+}
+
+/// Client roles of `h` whose native connection is open (every one for engines without a
+/// handshake).
+fn open_connections(sim: &Sim<NodeHost>, h: &[FlowHandle]) -> usize {
+    h.iter()
+        .filter(|f| {
+            let host = sim.host(f.client);
+            match (host.native(), f.state(sim).conn) {
+                (Some(ep), Some(c)) => ep
+                    .connection(c)
+                    .is_some_and(|x| x.state == ferroce_transport::ConnState::Open),
+                _ => true,
+            }
+        })
+        .count()
 }
 
 /// Combinations left out: RoCEv2 all-to-all. The harness opens a RoCEv2 host's server side
@@ -401,8 +499,9 @@ pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport 
             "engines: native (default paths and controller), native with 1 path per connection, RoCEv2 RC go-back-N \
              (local ACK timeout 65.5 µs, its best case on this fabric; retry forever); RoCEv2 all-to-all is NOT RUN: \
              the harness cannot yet give a RoCEv2 host both roles towards the same peer (StreamExists)".into(),
-            "conditions: lossless; 1 % random loss on every host's uplink (data and ACKs); one core-aggregation link \
-             down from the start, routing converged around it (ECMP no longer uses it)".into(),
+            "conditions: lossless; 1 % random loss on every host's uplink (data and ACKs) from the start of the \
+             collective, the connections having opened before (as a job opens its QPs at start-up); one \
+             core-aggregation link down from the start, routing converged around it (ECMP no longer uses it)".into(),
         ],
         definitions: vec![
             "jct: job completion time, from the common start to the completion of the last WRITE of any host (the sender's \
@@ -411,6 +510,10 @@ pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport 
              line rate, no headers, no RTT; fraction = ideal / jct (packet headers alone cap it at 0.972)".into(),
             "retransmits: packets that carried data sent before, all hosts; drops: packets the fabric dropped (random loss, \
              full queues, the down link)".into(),
+            "holes / time-lost / TLPs / RTOs (native): why senders resent, summed over every path: SACK holes, the \
+             time rule (RACK), tail-loss probes, RTO expiries; redundant: chunks acknowledged twice (a resend whose \
+             original arrived too: spurious); long holds: ACK blocks whose reported hold exceeded the configured 5 µs \
+             ACK delay, max hold the longest".into(),
         ],
         wall_s: t_all.elapsed().as_secs_f64(),
     }
@@ -429,6 +532,14 @@ pub fn csv(r: &CollectiveReport) -> crate::csv::Csv {
         "fraction_of_ideal",
         "retransmits",
         "timeouts",
+        "sack_holes",
+        "time_losses",
+        "tlps",
+        "rtos",
+        "rx_duplicates",
+        "redundant_credits",
+        "long_ack_holds",
+        "max_ack_hold_us",
         "drops",
         "errors",
         "events",
@@ -445,6 +556,14 @@ pub fn csv(r: &CollectiveReport) -> crate::csv::Csv {
             num(x.fraction, 4),
             x.retransmits.to_string(),
             x.timeouts.to_string(),
+            x.causes.sack_holes.to_string(),
+            x.causes.time_losses.to_string(),
+            x.causes.tlps.to_string(),
+            x.causes.rtos.to_string(),
+            x.causes.rx_duplicates.to_string(),
+            x.causes.redundant.to_string(),
+            x.causes.long_holds.to_string(),
+            num(Some(x.causes.max_hold_ns as f64 / 1e3), 1),
             x.drops.to_string(),
             x.errors.len().to_string(),
             x.events.to_string(),

@@ -179,6 +179,24 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", global = true,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub pace_burst: Option<u32>,
+    /// Collective only: run just these patterns (comma-separated: all-to-all, ring-allreduce).
+    #[arg(long, value_delimiter = ',', value_name = "P,...", global = true,
+          value_parser = ferroce_benches::collective::Pattern::parse)]
+    pub patterns: Vec<ferroce_benches::collective::Pattern>,
+    /// Collective only: run just these engines (comma-separated: native, native-1path, rocev2).
+    #[arg(long, value_delimiter = ',', value_name = "E,...", global = true,
+          value_parser = ferroce_benches::collective::Engine::parse)]
+    pub engines: Vec<ferroce_benches::collective::Engine>,
+    /// Collective only: run just these conditions (comma-separated: lossless, loss-1%,
+    /// core-link-down).
+    #[arg(long, value_delimiter = ',', value_name = "C,...", global = true,
+          value_parser = ferroce_benches::collective::Condition::parse)]
+    pub conditions: Vec<ferroce_benches::collective::Condition>,
+    /// Collective only: sizes S in KiB (comma-separated) [default: 64,256,1024,4096,16384;
+    /// --quick 64].
+    #[arg(long, value_delimiter = ',', value_name = "KIB,...", global = true,
+          value_parser = clap::value_parser!(u64).range(1..=(1 << 20)))]
+    pub sizes_kib: Vec<u64>,
     /// Core only: print the report as JSON instead of the table.
     #[arg(long, global = true)]
     pub json: bool,

@@ -822,7 +822,7 @@ fn run_benches(
         perms.push((opts.cc.to_string(), r));
     }
     if which == BenchWhich::Collective {
-        ok &= crate::bench_collective::run(opts, out, suffix)?;
+        ok &= crate::bench_collective::run(a, opts, out, suffix)?;
     }
     if all || which == BenchWhich::Multipath {
         let r = multipath::run(&MultipathConfig::new(opts), &bar);

@@ -1,6 +1,7 @@
 //! `ferroce bench collective`: table, CSV, SVG and thresholds of the collective benchmark
 //! (kept apart from bench.rs, which holds the other simulator benchmarks).
 
+use crate::args::BenchArgs;
 use crate::bench::{files_line, header, lines, opt, render_checks, write_csv, Bar};
 use crate::format::{count, Table};
 use ferroce_benches::checks;
@@ -33,6 +34,13 @@ pub fn render(r: &CollectiveReport) -> String {
             "fraction",
             "retransmits",
             "timeouts",
+            "holes",
+            "time-lost",
+            "TLPs",
+            "RTOs",
+            "redundant",
+            "long holds",
+            "max hold µs",
             "drops",
             "done",
             "wall s",
@@ -52,6 +60,13 @@ pub fn render(r: &CollectiveReport) -> String {
             opt(x.fraction, 3),
             count(x.retransmits),
             count(x.timeouts),
+            count(x.causes.sack_holes),
+            count(x.causes.time_losses),
+            count(x.causes.tlps),
+            count(x.causes.rtos),
+            count(x.causes.redundant),
+            count(x.causes.long_holds),
+            format!("{:.1}", x.causes.max_hold_ns as f64 / 1e3),
             count(x.drops),
             (if x.jct_ns.is_some() && x.errors.is_empty() {
                 "yes"
@@ -89,8 +104,21 @@ pub fn render(r: &CollectiveReport) -> String {
 
 /// Runs the benchmark, prints its table and thresholds, writes collective.csv/.svg.
 /// Returns whether every run completed without verification errors.
-pub fn run(opts: Opts, out: &Path, suffix: &str) -> Result<bool, String> {
-    let r = collective::run(&CollectiveConfig::new(opts), &Bar::new());
+pub fn run(a: &BenchArgs, opts: Opts, out: &Path, suffix: &str) -> Result<bool, String> {
+    let mut cfg = CollectiveConfig::new(opts);
+    if !a.patterns.is_empty() {
+        cfg.patterns = a.patterns.clone();
+    }
+    if !a.engines.is_empty() {
+        cfg.engines = a.engines.clone();
+    }
+    if !a.conditions.is_empty() {
+        cfg.conditions = a.conditions.clone();
+    }
+    if !a.sizes_kib.is_empty() {
+        cfg.sizes = a.sizes_kib.iter().map(|k| k << 10).collect();
+    }
+    let r = collective::run(&cfg, &Bar::new());
     let csv = out.join(format!("collective{suffix}.csv"));
     let svg = out.join(format!("collective{suffix}.svg"));
     write_csv(&collective::csv(&r), &csv)?;

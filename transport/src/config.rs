@@ -95,6 +95,11 @@ pub struct ConnConfig {
     pub ack_every: u32,
     /// Longest a receiver holds an ACK (ns).
     pub ack_delay_ns: u64,
+    /// Sender timers (tail-loss probe, time-based loss, RTO) allow for the ACK hold the peer
+    /// actually reports (a decaying maximum of the ACKs' `ack_delay`), not only for
+    /// `ack_delay_ns`: a receiver whose NIC is busy with its own data holds ACKs far longer,
+    /// and RTT samples leave that hold out (spec/transport.md §5.6).
+    pub peer_hold_timers: bool,
     /// When an ACK is due, acknowledge every path with something new in one ACK_MULTI
     /// (spec/transport.md §6.2) instead of one ACK per path.
     pub ack_multi: bool,
@@ -173,6 +178,7 @@ impl Default for ConnConfig {
             initial_rto_ns: 100_000,
             ack_every: 4,
             ack_delay_ns: 5_000,
+            peer_hold_timers: true,
             ack_multi: true,
             ack_multi_riders: true,
             open_rto_ns: 1_000_000,

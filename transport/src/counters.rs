@@ -40,6 +40,13 @@ pub struct ConnCounters {
     /// ACK datagrams sent (ACK or ACK_MULTI) and received.
     pub acks_sent: u64,
     pub acks_received: u64,
+    /// ACK blocks whose reported hold (`ack_delay`) exceeded this end's `ack_delay_ns`, and
+    /// the longest hold reported (ns).
+    pub rx_ack_holds_long: u64,
+    pub rx_ack_hold_max_ns: u64,
+    /// Chunks an ACK credited that were credited already (or whose request had completed):
+    /// a resend whose original had arrived too, i.e. a spurious one.
+    pub acks_redundant: u64,
     /// Of those, ACK_MULTI datagrams, and the path blocks the sent ones carried.
     pub ack_multi_sent: u64,
     pub ack_multi_received: u64,

@@ -393,8 +393,13 @@ impl TxPath {
 
     /// How long after its send time a packet of this path may still be acknowledged:
     /// srtt + max(4·rttvar, min_rtt/4) + the receiver's ACK delay.
-    pub(crate) fn loss_delay(&self, base_rtt: u64, ack_delay: u64) -> u64 {
-        let srtt = self.srtt_ns.unwrap_or(base_rtt as f64);
+    /// `conn_srtt`: the connection's smoothed RTT over all its paths (0: none), the floor
+    /// of this path's own, which may be one sample taken before the queues built up.
+    pub(crate) fn loss_delay(&self, base_rtt: u64, ack_delay: u64, conn_srtt: u64) -> u64 {
+        let srtt = self
+            .srtt_ns
+            .unwrap_or(base_rtt as f64)
+            .max(conn_srtt as f64);
         let var = (4.0 * self.rttvar_ns).max(base_rtt as f64 / 4.0);
         (srtt + var) as u64 + ack_delay
     }
@@ -541,9 +546,11 @@ impl TxPath {
         self.oldest_at.is_some()
     }
 
-    /// Deadline of the tail-loss timer: the oldest packet in flight plus the RTO.
-    pub fn rto_deadline(&self) -> Option<u64> {
-        self.oldest_at.map(|t| t + self.rto_ns)
+    /// Deadline of the tail-loss timer: the oldest packet in flight plus the RTO, plus
+    /// `extra`: how much longer than the configured ACK delay the peer holds its ACKs (RTT
+    /// samples leave the hold out).
+    pub fn rto_deadline(&self, extra: u64) -> Option<u64> {
+        self.oldest_at.map(|t| t + self.rto_ns + extra)
     }
 
     /// Tail-loss probe deadline: the path has had data in flight and heard nothing for
@@ -551,18 +558,31 @@ impl TxPath {
     /// `MAX_TLPS` probes, and only before the RTO. A probe costs one packet; the RTO resends
     /// the whole flight and is set for the worst RTT, so on hosts with jittery scheduling a
     /// lost probe (or a lost ACK of it) must not leave recovery to the RTO.
-    pub(crate) fn tlp_deadline(&self, base_rtt: u64, ack_delay: u64, floor: u64) -> Option<u64> {
+    /// `ack_delay`: the ACK hold allowed for; `rto_extra`: its excess over the configured one.
+    pub(crate) fn tlp_deadline(
+        &self,
+        (base_rtt, conn_srtt): (u64, u64),
+        ack_delay: u64,
+        floor: u64,
+        rto_extra: u64,
+    ) -> Option<u64> {
         if self.tlps_sent >= MAX_TLPS {
             return None;
         }
         let newest_at = self.newest_at?;
-        let srtt = self.srtt_ns.map(|s| s as u64).unwrap_or(base_rtt);
+        let srtt = self
+            .srtt_ns
+            .map(|s| s as u64)
+            .unwrap_or(base_rtt)
+            .max(conn_srtt);
         // A short path (same rack) has a tiny srtt but queues at the same last hop as the
         // long ones: two srtts are not less than `floor` (the fabric RTT assumed for a path
         // before it has samples), or a few packets of incast queue make probes spurious.
         let wait = (2 * srtt).max(floor) + ack_delay;
         let at = newest_at.max(self.last_ack_at) + (wait << self.tlps_sent);
-        self.rto_deadline().filter(|rto| at < *rto).map(|_| at)
+        self.rto_deadline(rto_extra)
+            .filter(|rto| at < *rto)
+            .map(|_| at)
     }
 
     /// The newest chunk in flight, to be sent again as a tail-loss probe.

@@ -90,6 +90,18 @@ impl Connection {
         if self.paths[p].ack_is_stale(a.cum_psn) {
             self.counters.rx_acks_stale += 1;
         }
+        let hold = (a.ack_delay_ns as u64).min(MAX_PEER_HOLD_NS);
+        if hold > self.cfg.ack_delay_ns {
+            self.counters.rx_ack_holds_long += 1;
+        }
+        self.counters.rx_ack_hold_max_ns = self.counters.rx_ack_hold_max_ns.max(hold);
+        // Up at once, down by an eighth of the difference per ACK: one short hold (a quiet
+        // moment at the peer) does not undo what a busy spell showed.
+        self.peer_hold_ns = if hold >= self.peer_hold_ns {
+            hold
+        } else {
+            self.peer_hold_ns - (self.peer_hold_ns - hold) / 8
+        };
         let now32 = now as u32;
         let rtt = now32.wrapping_sub(a.ts_echo).wrapping_sub(a.ack_delay_ns);
         let rtt_sample = (a.ts_echo != 0 && rtt < 1 << 31).then_some(rtt.max(1) as u64);
@@ -131,6 +143,11 @@ impl Connection {
         // paths cross the same hops, and one path's few samples may all have queued.
         if let Some(r) = rtt_sample {
             self.min_rtt_all = self.min_rtt_all.min(r.max(1));
+            self.srtt_all = if self.srtt_all == 0.0 {
+                r as f64
+            } else {
+                0.875 * self.srtt_all + 0.125 * r as f64
+            };
         }
         self.paths[p].on_ack(
             now,
@@ -161,8 +178,9 @@ impl Connection {
             match c {
                 ChunkRef::Req { stream, msn, chunk } => {
                     if let Some(s) = self.streams.get_mut(&stream) {
-                        if let Some(w) = s.wr_mut(msn) {
-                            w.acked.set(chunk);
+                        let fresh = s.wr_mut(msn).is_some_and(|w| w.acked.set(chunk));
+                        if !fresh {
+                            self.counters.acks_redundant += 1;
                         }
                         if !done.touched.contains(&stream) {
                             done.touched.push(stream);
@@ -429,3 +447,7 @@ impl Connection {
         pkt.emit(buf).ok().map(|l| (l, port))
     }
 }
+
+/// Longest peer ACK hold the sender's timers believe (ns): a peer reporting more (broken or
+/// hostile) only slows its own connection's recovery, and by no more than this.
+const MAX_PEER_HOLD_NS: u64 = 1_000_000;

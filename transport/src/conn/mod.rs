@@ -361,12 +361,26 @@ pub struct Connection {
     pt_dirty: Vec<bool>,
     pt_list: Vec<u8>,
     pt_all: bool,
-    pt_key: (u64, Option<u64>),
+    pt_key: (u64, Option<u64>, u64, u64),
     /// Smallest RTT sample of any path (`u64::MAX`: none yet); per-path minima only fall.
     min_rtt_all: u64,
+    /// The peer's ACK hold: a decaying maximum of the holds its ACKs report (ns).
+    peer_hold_ns: u64,
+    /// Smoothed RTT over every path's samples (ns, 0: none yet).
+    srtt_all: f64,
     pub counters: ConnCounters,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<Event>,
+}
+
+/// `x` rounded up to a quarter octave (four steps per power of two; 0 stays 0).
+fn quarter_octave(x: u64) -> u64 {
+    if x == 0 {
+        return 0;
+    }
+    let k = 63 - x.leading_zeros();
+    let step = 1u64 << k.saturating_sub(2);
+    x.div_ceil(step) * step
 }
 
 /// splitmix64: the entropy and id generator the spec names.
@@ -483,8 +497,10 @@ impl Connection {
             pt_dirty: Vec::new(),
             pt_list: Vec::new(),
             pt_all: true,
-            pt_key: (0, None),
+            pt_key: (0, None, 0, 0),
             min_rtt_all: u64::MAX,
+            peer_hold_ns: 0,
+            srtt_all: 0.0,
             rack_time: 0,
             pace_next: 0,
             pace_armed: false,
@@ -569,6 +585,31 @@ impl Connection {
         self.pt_all = true;
     }
 
+    /// How long the sender's timers allow the peer to hold an ACK: `ack_delay_ns`, or the
+    /// hold its ACKs report when longer, rounded up to a quarter octave so that the timer
+    /// table is rebuilt only when it moves by a step, not on every ACK.
+    pub(super) fn ack_allowance(&self) -> u64 {
+        let d = self.cfg.ack_delay_ns;
+        if !self.cfg.peer_hold_timers || self.peer_hold_ns <= d {
+            return d;
+        }
+        quarter_octave(self.peer_hold_ns)
+    }
+
+    /// The connection's smoothed RTT over all paths, as the loss timers use it (0: none or
+    /// `peer_hold_timers` off), rounded up to a quarter octave like `ack_allowance`.
+    pub(super) fn conn_srtt(&self) -> u64 {
+        if !self.cfg.peer_hold_timers {
+            return 0;
+        }
+        quarter_octave(self.srtt_all as u64)
+    }
+
+    /// The peer's ACK hold as the timers see it (ns): a decaying maximum of reported holds.
+    pub fn peer_ack_hold_ns(&self) -> u64 {
+        self.peer_hold_ns
+    }
+
     /// Path `i` changed in a way its deadlines depend on.
     fn mark_path(&mut self, i: usize) {
         if let Some(d) = self.pt_dirty.get_mut(i) {
@@ -591,7 +632,12 @@ impl Connection {
 
     /// Bring the timer table up to date (the endpoint calls this before `poll_timeout`).
     pub(crate) fn refresh_timers(&mut self) {
-        let key = (self.base_rtt(), self.pilot_wait_until());
+        let key = (
+            self.base_rtt(),
+            self.pilot_wait_until(),
+            self.ack_allowance(),
+            self.conn_srtt(),
+        );
         if key != self.pt_key || self.pt_all || self.ptimes.len() != self.paths.len() {
             self.pt_key = key;
             self.pt_all = false;
@@ -616,7 +662,12 @@ impl Connection {
         !self.pt_all
             && self.pt_list.is_empty()
             && self.ptimes.len() == self.paths.len()
-            && (self.base_rtt(), self.pilot_wait_until()) == self.pt_key
+            && (
+                self.base_rtt(),
+                self.pilot_wait_until(),
+                self.ack_allowance(),
+                self.conn_srtt(),
+            ) == self.pt_key
     }
 
     /// READ / atomic responses this end holds for its peer: executed, not yet acknowledged

@@ -7,12 +7,13 @@ impl Connection {
     /// path, are lost: resend them now rather than at the RTO.
     pub(super) fn detect_time_losses(&mut self, now: u64) {
         let base = self.base_rtt();
-        let ack_delay = self.cfg.ack_delay_ns;
+        let ack_delay = self.ack_allowance();
+        let cs = self.conn_srtt();
         for i in 0..self.paths.len() {
             if !self.paths[i].has_in_flight() {
                 continue; // nothing of this path can be lost (zero-byte packets count)
             }
-            let d = self.paths[i].loss_delay(base, ack_delay);
+            let d = self.paths[i].loss_delay(base, ack_delay, cs);
             let lost = self.paths[i].detect_time_losses(now, self.rack_time, d);
             if !lost.is_empty() {
                 self.mark_path(i);
@@ -54,14 +55,18 @@ impl Connection {
 
     /// One row of the timer table, from path `i`'s state.
     pub(super) fn path_times(&self, i: usize) -> PathTimes {
-        let (base, pilot_wait) = self.pt_key;
-        let ack_delay = self.cfg.ack_delay_ns;
+        let (base, pilot_wait, ack_delay, cs) = self.pt_key;
         let p = &self.paths[i];
+        let extra = ack_delay - self.cfg.ack_delay_ns.min(ack_delay);
         let own = [
             p.probe_at,
             p.home_probe_at,
-            p.rto_deadline(),
-            Self::tlp_at(p, base, ack_delay, self.cfg.initial_rtt_ns, pilot_wait),
+            p.rto_deadline(extra),
+            Self::tlp_at(
+                p,
+                ((base, cs), ack_delay, self.cfg.initial_rtt_ns, extra),
+                pilot_wait,
+            ),
         ]
         .into_iter()
         .flatten()
@@ -71,7 +76,7 @@ impl Connection {
             own,
             oldest: p.oldest_in_flight().unwrap_or(u64::MAX),
             time_loss: p
-                .time_loss_deadline(u64::MAX, p.loss_delay(base, ack_delay))
+                .time_loss_deadline(u64::MAX, p.loss_delay(base, ack_delay, cs))
                 .unwrap_or(u64::MAX),
         }
     }
@@ -92,7 +97,9 @@ impl Connection {
             }
         };
         let base = self.base_rtt();
-        let ack_delay = self.cfg.ack_delay_ns;
+        let ack_delay = self.ack_allowance();
+        let extra = ack_delay - self.cfg.ack_delay_ns.min(ack_delay);
+        let cs = self.conn_srtt();
         let clean = self.timers_clean();
         #[cfg(any(test, debug_assertions))]
         if clean {
@@ -129,13 +136,11 @@ impl Connection {
                 if !p.has_in_flight() {
                     continue;
                 }
-                min(p.rto_deadline());
-                min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, ack_delay)));
+                min(p.rto_deadline(extra));
+                min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, ack_delay, cs)));
                 min(Self::tlp_at(
                     p,
-                    base,
-                    ack_delay,
-                    self.cfg.initial_rtt_ns,
+                    ((base, cs), ack_delay, self.cfg.initial_rtt_ns, extra),
                     pilot_wait,
                 ));
             }
@@ -185,12 +190,10 @@ impl Connection {
     /// spurious resend.
     fn tlp_at(
         p: &TxPath,
-        base: u64,
-        ack_delay: u64,
-        floor: u64,
+        (base, ack_delay, floor, rto_extra): ((u64, u64), u64, u64, u64),
         pilot_wait: Option<u64>,
     ) -> Option<u64> {
-        let at = p.tlp_deadline(base, ack_delay, floor)?;
+        let at = p.tlp_deadline(base, ack_delay, floor, rto_extra)?;
         Some(match pilot_wait {
             Some(w) => at.max(w),
             None => at,
@@ -240,7 +243,9 @@ impl Connection {
         }
         let base = self.base_rtt();
         let pilot_wait = self.pilot_wait_until();
-        let (ack_delay, floor) = (self.cfg.ack_delay_ns, self.cfg.initial_rtt_ns);
+        let (ack_delay, floor) = (self.ack_allowance(), self.cfg.initial_rtt_ns);
+        let extra = ack_delay - self.cfg.ack_delay_ns.min(ack_delay);
+        let cs = self.conn_srtt();
         // With the table up to date, a path whose own deadline is still ahead has no TLP,
         // RTO or probe due (a path changed below has its deadline behind, so it is looked at).
         let clean = self.timers_clean();
@@ -249,8 +254,12 @@ impl Connection {
             if !due(self, i) {
                 continue;
             }
-            if Self::tlp_at(&self.paths[i], base, ack_delay, floor, pilot_wait)
-                .is_some_and(|t| t <= now)
+            if Self::tlp_at(
+                &self.paths[i],
+                ((base, cs), ack_delay, floor, extra),
+                pilot_wait,
+            )
+            .is_some_and(|t| t <= now)
             {
                 if let Some(ch) = self.paths[i].take_tlp() {
                     self.tlp = Some((ch, i as u8));
@@ -262,7 +271,7 @@ impl Connection {
             if !due(self, i) {
                 continue;
             }
-            if let Some(d) = self.paths[i].rto_deadline() {
+            if let Some(d) = self.paths[i].rto_deadline(extra) {
                 if d <= now {
                     self.mark_path(i);
                     let lost = self.paths[i].on_rto(now, &self.cfg);
