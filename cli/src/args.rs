@@ -66,6 +66,10 @@ pub enum BenchWhich {
     /// (--quick: 64 KiB), native / native 1 path / RoCEv2, lossless, 1 % loss, a core link
     /// down; completion time against the ideal. Not part of `all` (full mode takes hours).
     Collective,
+    /// Many idle connections: 64,000 between distinct host pairs of 256 hosts (--quick: 8,000
+    /// of 128), one WRITE each, then idle: 0 lost, wall time, and the transport's heap per
+    /// idle connection (counting allocator). Not part of `all`.
+    Scale,
     /// All four, then the thresholds in one list.
     All,
     /// The sans-IO core alone: two endpoints exchanging WRITEs in memory (fake clock), CPU
