@@ -242,6 +242,12 @@ pub fn idle_connection_memory(
             }
         }
     }
+    // Idle: each endpoint gives back its connections' spare buffers (counted too).
+    for (e, d) in [(&mut a, &mut da), (&mut b, &mut db)] {
+        let x = live();
+        e.compact_idle();
+        *d += live() - x;
+    }
     if connected != n || conns_b.len() != n || (write.is_some() && completions < n) {
         return None;
     }
@@ -342,7 +348,7 @@ pub fn run(cfg: &ScaleConfig, progress: &dyn Progress) -> ScaleReport {
         mem: Vec::new(),
         definitions: vec![
             "transport heap per idle connection: live heap bytes allocated inside the calls into each endpoint (connect, \
-             post, poll_transmit, handle_datagram, handle_timeout, poll_*) from before the first connect until every timer \
+             post, poll_transmit, handle_datagram, handle_timeout, poll_*, compact_idle at the end) from before the first connect until every timer \
              has run out, over the connections: client end / server end; embedder memory (regions, packet buffers) is \
              not counted"
                 .into(),

@@ -4,7 +4,8 @@
 //! touched it but the window scaling every path gets (`fresh_cwnd` records it). Readers treat
 //! a fresh path as that state (Good, nothing in flight, load 0, on plane `index % planes`);
 //! anything that would change a path builds it first (`grow_tx`, `grow_rx`), so behaviour and
-//! wire output are those of building every path at once.
+//! wire output are those of building every path at once. A connection that has gone idle
+//! gives back its queues' spare capacity (`compact`, through `Endpoint::compact_idle`).
 
 use super::*;
 
@@ -35,6 +36,10 @@ impl Connection {
     /// Build send paths up to and including `i` (if it is one of the connection's).
     pub(super) fn grow_tx(&mut self, i: usize) {
         let n = (self.n_paths as usize).min(i + 1);
+        if self.paths.len() < n {
+            // Exactly what is built: a vector grown by doubling would hold spare paths.
+            self.paths.reserve_exact(n - self.paths.len());
+        }
         while self.paths.len() < n {
             let p = self.fresh_tx(self.paths.len());
             self.paths.push(p);
@@ -44,6 +49,12 @@ impl Connection {
     /// Build receive paths up to and including `i` (if it is one of the connection's).
     pub(super) fn grow_rx(&mut self, i: usize) {
         let n = (self.n_paths as usize).min(i + 1);
+        if self.rx_paths.len() < n {
+            let k = n - self.rx_paths.len();
+            self.rx_paths.reserve_exact(k);
+            self.rx_due.reserve_exact(k);
+            self.ack_queued.reserve_exact(k);
+        }
         while self.rx_paths.len() < n {
             self.rx_paths.push(RxPath::default());
             self.rx_due.push(u64::MAX);
@@ -111,6 +122,42 @@ impl Connection {
             None if i < self.n_paths as usize => Some(f(&self.fresh_tx(i))),
             None => None,
         }
+    }
+
+    /// Nothing to send, nothing in flight or outstanding: the connection has gone idle.
+    pub(crate) fn is_idle(&self) -> bool {
+        !self.has_unsent()
+            && self.outstanding() == 0
+            && !self.owes_responses()
+            && self.paths.iter().all(|p| !p.has_in_flight())
+    }
+
+    /// Give back the spare capacity of every queue (called once the connection has gone
+    /// idle: a busy connection keeps its buffers, so sending allocates nothing per packet).
+    pub(crate) fn compact(&mut self) {
+        for p in &mut self.paths {
+            p.compact();
+        }
+        for s in self.streams.values_mut() {
+            s.wrs.shrink_to_fit();
+            s.posted.shrink_to_fit();
+            s.rx_msgs.compact();
+            s.responses.compact();
+        }
+        self.active.shrink_to_fit();
+        self.resp_active.shrink_to_fit();
+        self.retx.shrink_to_fit();
+        self.rnr_wait.shrink_to_fit();
+        self.ack_queue.shrink_to_fit();
+        self.nack_queue.shrink_to_fit();
+        self.ctrl_queue.shrink_to_fit();
+        self.completions.shrink_to_fit();
+        self.events.shrink_to_fit();
+        self.ack_scratch.acked.shrink_to_fit();
+        self.ack_scratch.lost.shrink_to_fit();
+        self.ptimes.shrink_to_fit();
+        self.pt_dirty.shrink_to_fit();
+        self.pt_list.shrink_to_fit();
     }
 
     /// Send paths built so far (the others are fresh: see [`Connection::with_path`]).

@@ -266,7 +266,8 @@ pub struct Connection {
     /// The peer's connection id (0 until known).
     pub peer_conn: u32,
     pub state: ConnState,
-    cfg: ConnConfig,
+    /// Shared by the endpoint's connections that use its default settings.
+    cfg: std::sync::Arc<ConnConfig>,
     mtu: u32,
     line_rate_mbps: u32,
     seed: u64,
@@ -282,7 +283,8 @@ pub struct Connection {
     /// deadline and its hint-answer time (`u64::MAX`: none), kept where those change
     /// (`rx_timer`), so a deadline query reads one word per path, not each `RxPath`.
     rx_due: Vec<u64>,
-    streams: HashMap<u32, Stream>,
+    /// Boxed: the table's spare buckets then cost a pointer each, not a stream.
+    streams: HashMap<u32, Box<Stream>>,
     active: VecDeque<u32>,
     /// Streams with responses still to be sent for the first time (round robin by packet).
     resp_active: VecDeque<u32>,
@@ -429,7 +431,7 @@ impl Connection {
         id: ConnId,
         peer: Ipv4Addr,
         peer_conn: u32,
-        cfg: ConnConfig,
+        cfg: std::sync::Arc<ConnConfig>,
         line_rate_mbps: u32,
         seed: u64,
     ) -> Self {
