@@ -7,6 +7,7 @@ use crate::loss::{LossReport, Mode};
 use crate::multipath::MultipathReport;
 use crate::permutation::PermutationReport;
 use crate::roce::AckTimeout;
+use crate::scale::ScaleReport;
 
 /// One threshold and what was measured.
 #[derive(Clone, Debug)]
@@ -299,6 +300,38 @@ pub fn collective(r: &CollectiveReport) -> Vec<Check> {
                 down,
                 &|v| v <= 1.10,
             ),
+        ),
+    ]
+}
+
+/// Scale threshold of issue 18 item 4: 64,000 connections in the simulator, 0 lost, and at
+/// most 1 KiB of transport heap per idle connection (each end, after one WRITE). NOT
+/// MEASURED below 64,000 connections (`--quick`) or without the counting allocator.
+pub fn scale(r: &ScaleReport) -> Vec<Check> {
+    let mem = r.mem.iter().find(|m| m.state == "one WRITE");
+    let worst = mem.and_then(|m| m.per_conn).map(|(c, s)| c.max(s));
+    let full = r.connections >= 64_000;
+    vec![
+        Check::new(
+            "scale: connections in the simulator, one WRITE each, lost",
+            "64,000 connections, 0 lost, all complete",
+            format!(
+                "{} connections, {} lost, {} errors, {:.1} s wall",
+                r.connections,
+                r.lost_msgs,
+                r.errors.len(),
+                r.sim_wall_s
+            ),
+            full.then_some(r.completed && r.lost_msgs == 0 && r.errors.is_empty()),
+        ),
+        Check::new(
+            "scale: transport heap per idle connection after one WRITE (worse end)",
+            "<= 1024 B",
+            match mem.and_then(|m| m.per_conn) {
+                Some((c, s)) => format!("{c:.0} B client / {s:.0} B server"),
+                None => "not measured".into(),
+            },
+            worst.map(|w| w <= 1024.0),
         ),
     ]
 }

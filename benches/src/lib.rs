@@ -9,6 +9,8 @@
 //! - [`permutation`]: every host sends 16 MiB to another, 1 path vs. spraying;
 //! - [`multipath`]: goodput over 1/2/4/8 planes, a plane failing and returning, and 4,000 /
 //!   16,000 concurrent connections (memory per connection);
+//! - [`scale`]: 64,000 connections that move one WRITE each and go idle (simulator), and the
+//!   transport's heap per idle connection (counting allocator);
 //! - [`sansio`] (`ferroce bench core`): the sans-IO core alone, two endpoints in memory: CPU ns, ACKs and allocations
 //!   per data packet, next to the floor (one copy and one CRC per packet).
 //!
@@ -33,6 +35,7 @@ pub mod progress;
 pub mod rates;
 pub mod roce;
 pub mod sansio;
+pub mod scale;
 
 use ferroce_harness::NodeHost;
 use ferroce_sim::HostId;

@@ -11,8 +11,7 @@ use ferroce_harness::multi::{self, Flow, FlowHandle};
 use ferroce_harness::{NodeHost, WorkloadSpec};
 use ferroce_sim::topology::{self, TopologyConfig};
 use ferroce_sim::{HostId, Sim};
-use ferroce_transport::mem::Regions;
-use ferroce_transport::{Endpoint, EndpointConfig, Event};
+use ferroce_transport::EndpointConfig;
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
@@ -166,7 +165,7 @@ impl MultipathReport {
 
 const T0: u64 = 100_000;
 
-fn planes_sim(cfg: &MultipathConfig, k: usize, hosts: usize) -> Sim<NodeHost> {
+pub(crate) fn planes_sim(cfg: &MultipathConfig, k: usize, hosts: usize) -> Sim<NodeHost> {
     let seed = cfg.opts.seed;
     let topo = TopologyConfig::default().with_seed(seed);
     let ep = cfg.endpoint(k);
@@ -340,82 +339,11 @@ fn plane_failure(
     (down, back, trace)
 }
 
-/// Transport heap per idle connection, measured with the counting allocator: `n` connections
-/// from one endpoint to another, opened by passing datagrams between the two endpoints
-/// directly (no simulator), bytes allocated inside each endpoint's calls counted separately.
-/// `None` when the counting allocator is not installed.
-pub fn idle_connection_memory(n: usize, ep: &EndpointConfig) -> Option<(f64, f64)> {
-    crate::alloc::live_bytes()?;
-    let live = || crate::alloc::live_bytes().unwrap_or(0);
-    let ip_a = Ipv4Addr::new(198, 18, 0, 1);
-    let ip_b = Ipv4Addr::new(198, 18, 0, 2);
-    let mut a = Endpoint::new(EndpointConfig {
-        seed: 1,
-        ..ep.clone()
-    });
-    let mut b = Endpoint::new(EndpointConfig {
-        seed: 2,
-        ..ep.clone()
-    });
-    let (mut ma, mut mb) = (Regions::new(), Regions::new());
-    let mut buf = vec![0u8; 65_536 + 256];
-    let (mut da, mut db) = (0i64, 0i64);
-    let x = live();
-    for _ in 0..n {
-        a.connect(ip_b);
-    }
-    da += live() - x;
-    let mut now = 1_000u64;
-    let mut connected = 0usize;
-    for _round in 0..64 {
-        let mut moved = false;
-        loop {
-            let x = live();
-            let t = a.poll_transmit(now, &mut buf, &mut ma);
-            da += live() - x;
-            let Some(t) = t else { break };
-            let pkt = buf[..t.len].to_vec();
-            let x = live();
-            b.handle_datagram(now, ip_a, t.src_port, false, &pkt, &mut mb);
-            while b.poll_event().is_some() {}
-            db += live() - x;
-            moved = true;
-        }
-        loop {
-            let x = live();
-            let t = b.poll_transmit(now, &mut buf, &mut mb);
-            db += live() - x;
-            let Some(t) = t else { break };
-            let pkt = buf[..t.len].to_vec();
-            let x = live();
-            a.handle_datagram(now, ip_b, t.src_port, false, &pkt, &mut ma);
-            while let Some(e) = a.poll_event() {
-                if matches!(e, Event::Connected { .. }) {
-                    connected += 1;
-                }
-            }
-            da += live() - x;
-            moved = true;
-        }
-        now += 1_000;
-        if !moved {
-            break;
-        }
-    }
-    if connected != n {
-        return None;
-    }
-    let r = Some((da as f64 / n as f64, db as f64 / n as f64));
-    drop(a);
-    drop(b);
-    r
-}
-
 fn connections(cfg: &MultipathConfig, n: usize) -> MultipathRow {
     let t = Instant::now();
     let k = cfg.conn_planes;
     let ep = cfg.endpoint(k);
-    let mem = idle_connection_memory(n, &ep);
+    let mem = crate::scale::idle_connection_memory(n, &ep, None);
     let mut sim = planes_sim(cfg, k, cfg.conn_hosts);
     let hosts = cfg.conn_hosts;
     let mut pairs: Vec<(usize, usize)> = (0..hosts)

@@ -71,6 +71,10 @@ pub enum BenchWhich {
     /// `ib_write_bw` server over the shim with its own engine, then reports that engine's
     /// counters back (needs perftest and a built shim; root for DPDK).
     LossPeer,
+    /// Many idle connections: 64,000 between distinct host pairs of 256 hosts (--quick: 8,000
+    /// of 128), one WRITE each, then idle: 0 lost, wall time, and the transport's heap per
+    /// idle connection (counting allocator). Not part of `all`.
+    Scale,
     /// All four, then the thresholds in one list.
     All,
     /// The sans-IO core alone: two endpoints exchanging WRITEs in memory (fake clock), CPU

@@ -824,6 +824,9 @@ fn run_benches(
     if which == BenchWhich::Collective {
         ok &= crate::bench_collective::run(a, opts, out, suffix)?;
     }
+    if which == BenchWhich::Scale {
+        ok &= crate::bench_scale::run(opts, out, suffix)?;
+    }
     if all || which == BenchWhich::Multipath {
         let r = multipath::run(&MultipathConfig::new(opts), &bar);
         let csv = out.join(format!("multipath{suffix}.csv"));

@@ -4,6 +4,7 @@
 mod args;
 mod bench;
 mod bench_collective;
+mod bench_scale;
 mod compliance;
 mod format;
 mod loss_peer;

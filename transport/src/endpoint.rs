@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 mod shares;
 mod table;
@@ -22,6 +23,8 @@ use table::ConnTable;
 #[derive(Debug)]
 pub struct Endpoint {
     cfg: EndpointConfig,
+    /// `cfg.conn`, shared by the connections that use it (one copy, not one per connection).
+    conn_cfg: Arc<ConnConfig>,
     /// By id, index-based (`table.rs`); embedders see them in id order.
     conns: ConnTable,
     by_peer: HashMap<(Ipv4Addr, u32), u32>,
@@ -61,6 +64,7 @@ impl Endpoint {
         Endpoint {
             // Ids of another incarnation (same seed, other run) are unrelated: §2.6.
             id_state: cfg.seed ^ cfg.incarnation,
+            conn_cfg: Arc::new(cfg.conn.clone()),
             cfg,
             conns: ConnTable::default(),
             by_peer: HashMap::default(),
@@ -99,11 +103,15 @@ impl Endpoint {
 
     /// Open a connection to `peer` with the endpoint's default connection settings.
     pub fn connect(&mut self, peer: Ipv4Addr) -> ConnId {
-        let cc = self.cfg.conn.clone();
-        self.connect_with(peer, cc)
+        let cc = self.conn_cfg.clone();
+        self.open_conn(peer, cc)
     }
 
     pub fn connect_with(&mut self, peer: Ipv4Addr, cc: ConnConfig) -> ConnId {
+        self.open_conn(peer, Arc::new(cc))
+    }
+
+    fn open_conn(&mut self, peer: Ipv4Addr, cc: Arc<ConnConfig>) -> ConnId {
         let id = self.new_conn_id();
         let seed = splitmix64(self.cfg.seed ^ id as u64);
         let mut c = Connection::new(ConnId(id), peer, 0, cc, self.cfg.line_rate_mbps, seed);
@@ -177,6 +185,19 @@ impl Endpoint {
                 break;
             }
             self.timers.pop();
+        }
+    }
+
+    /// Give back the spare buffer capacity of every connection that has gone idle (no
+    /// deadline, nothing to send, outstanding or owed). For embedders to call now and then
+    /// (not per packet): doing it whenever a connection's last deadline passes reallocated
+    /// a receiver's queues after every ACK (0.23 allocations per packet in `bench core`).
+    pub fn compact_idle(&mut self) {
+        self.flush_timers();
+        for c in self.conns.values_mut() {
+            if c.timer_at.is_none() && c.is_idle() {
+                c.compact();
+            }
         }
     }
 
@@ -356,7 +377,7 @@ impl Endpoint {
             ConnId(id),
             src,
             o.src_conn,
-            self.cfg.conn.clone(),
+            self.conn_cfg.clone(),
             self.cfg.line_rate_mbps,
             seed,
         );

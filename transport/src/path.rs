@@ -157,6 +157,11 @@ impl TxPath {
         }
     }
 
+    /// Give back the send record's spare capacity (the connection has gone idle).
+    pub(crate) fn compact(&mut self) {
+        self.sent.shrink_to_fit();
+    }
+
     /// Lowest PSN still in flight (the `floor` of the sequence header).
     pub fn floor(&self) -> u32 {
         self.base_psn

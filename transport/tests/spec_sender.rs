@@ -389,8 +389,9 @@ fn a_probe_ack_with_probe_seq_zero_vouches_for_nothing_before_the_first_probe() 
     // Everything A sends is lost, until its RTO makes the path Suspect: its first PROBE is
     // queued then, and until it goes out the path's probe_seq is still 0.
     let path = |p: &Pair| {
-        let x = p.a.connection(p.a_conn).unwrap().path(0).unwrap();
-        (x.state, x.probe_seq)
+        // Built or not yet (a path is built when first used).
+        let c = p.a.connection(p.a_conn).unwrap();
+        c.with_path(0, |x| (x.state, x.probe_seq)).unwrap()
     };
     let mut suspect = false;
     for _ in 0..50_000 {

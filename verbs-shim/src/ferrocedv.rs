@@ -141,47 +141,49 @@ fn qp_info(c: &Connection) -> FerrocedvQp {
 }
 
 fn path_info(c: &Connection) -> Vec<FerrocedvPath> {
-    c.paths()
-        .iter()
-        .map(|p| {
-            let k = &p.counters;
-            let srtt = p.srtt_ns.filter(|s| s.is_finite() && *s >= 0.0);
-            FerrocedvPath {
-                comp_mask: if srtt.is_some() { PATH_MASK_SRTT } else { 0 },
-                index: p.index as u32,
-                state: match p.state {
-                    PathState::Good => 0,
-                    PathState::Suspect => 1,
-                    PathState::Probing => 2,
-                },
-                plane: p.plane as u32,
-                home_plane: p.home_plane as u32,
-                udp_sport: p.entropy,
-                reserved0: 0,
-                generation: p.generation,
-                srtt_ns: srtt.map_or(0, |s| s as u64),
-                min_rtt_ns: if srtt.is_some() { p.min_rtt_ns } else { 0 },
-                rto_ns: p.rto_ns,
-                cwnd_bytes: p.cwnd().max(0.0) as u64,
-                inflight_bytes: p.inflight_bytes,
-                counters: FerrocedvPathCounters {
-                    tx_pkts: k.tx_pkts,
-                    tx_bytes: k.tx_bytes,
-                    retx_pkts: k.retx_pkts,
-                    acked_pkts: k.acked_pkts,
-                    sack_holes: k.sack_holes,
-                    time_losses: k.time_losses,
-                    tlps: k.tlps,
-                    rtos: k.rtos,
-                    ecn_echoed: k.ecn_echoed,
-                    cwnd_decreases: k.cwnd_decreases,
-                    probes_sent: k.probes_sent,
-                    failures: k.failures,
-                    reroutes: k.reroutes,
-                },
-            }
-        })
+    // Every agreed path, the ones not used yet (not built) as they start.
+    (0..c.num_paths())
+        .filter_map(|i| c.with_path(i, path_entry))
         .collect()
+}
+
+fn path_entry(p: &ferroce_transport::path::TxPath) -> FerrocedvPath {
+    let k = &p.counters;
+    let srtt = p.srtt_ns.filter(|s| s.is_finite() && *s >= 0.0);
+    FerrocedvPath {
+        comp_mask: if srtt.is_some() { PATH_MASK_SRTT } else { 0 },
+        index: p.index as u32,
+        state: match p.state {
+            PathState::Good => 0,
+            PathState::Suspect => 1,
+            PathState::Probing => 2,
+        },
+        plane: p.plane as u32,
+        home_plane: p.home_plane as u32,
+        udp_sport: p.entropy,
+        reserved0: 0,
+        generation: p.generation,
+        srtt_ns: srtt.map_or(0, |s| s as u64),
+        min_rtt_ns: if srtt.is_some() { p.min_rtt_ns } else { 0 },
+        rto_ns: p.rto_ns,
+        cwnd_bytes: p.cwnd().max(0.0) as u64,
+        inflight_bytes: p.inflight_bytes,
+        counters: FerrocedvPathCounters {
+            tx_pkts: k.tx_pkts,
+            tx_bytes: k.tx_bytes,
+            retx_pkts: k.retx_pkts,
+            acked_pkts: k.acked_pkts,
+            sack_holes: k.sack_holes,
+            time_losses: k.time_losses,
+            tlps: k.tlps,
+            rtos: k.rtos,
+            ecn_echoed: k.ecn_echoed,
+            cwnd_decreases: k.cwnd_decreases,
+            probes_sent: k.probes_sent,
+            failures: k.failures,
+            reroutes: k.reroutes,
+        },
+    }
 }
 
 /// Catch a panic so none crosses the FFI boundary: it becomes EIO.

@@ -13,7 +13,7 @@ struct AckDone {
 
 impl Connection {
     pub(super) fn on_ack(&mut self, now: u64, path: u8, a: &AckRepr) {
-        if path as usize >= self.paths.len() {
+        if path as usize >= self.n_paths as usize {
             self.counters.rx_bad_path += 1;
             return;
         }
@@ -38,7 +38,7 @@ impl Connection {
         let mut done = AckDone::default();
         let mut begun = false;
         for b in m.blocks() {
-            if b.path as usize >= self.paths.len() {
+            if b.path as usize >= self.n_paths as usize {
                 self.counters.rx_bad_path += 1;
                 continue;
             }
@@ -82,6 +82,7 @@ impl Connection {
     /// One path's acknowledgement (`b.path` checked by the caller).
     fn ack_block(&mut self, now: u64, a: &AckBlock, done: &mut AckDone) {
         let p = a.path as usize;
+        self.grow_tx(p);
         if self.paths[p].ack_names_unsent(a.cum_psn, &a.sack) {
             // Believing it would complete work the peer never received.
             self.counters.rx_acks_bogus += 1;
@@ -331,7 +332,7 @@ impl Connection {
             if !rx.ack_now || rx.hint_ack_at.is_some() {
                 continue;
             }
-            if self.cfg.ack_multi && self.rx_paths.len() > 1 {
+            if self.cfg.ack_multi && self.n_paths > 1 {
                 if let Some(x) = self.emit_ack_multi(now, p, buf) {
                     return Some(x);
                 }
@@ -409,7 +410,7 @@ impl Connection {
         self.counters.ack_blocks_sent += blocks;
         self.last_tx_port = plane;
         let port = match self.rx_paths[first as usize].reply_port {
-            0 => self.paths[first as usize].entropy,
+            0 => self.tx_entropy(first as usize),
             r => r,
         };
         Some((len, port))
@@ -441,7 +442,7 @@ impl Connection {
             body: Body::Ack(a),
         };
         let port = match self.rx_paths[p as usize].reply_port {
-            0 => self.paths[p as usize].entropy,
+            0 => self.tx_entropy(p as usize),
             r => r,
         };
         pkt.emit(buf).ok().map(|l| (l, port))

@@ -8,12 +8,9 @@ impl Connection {
         self.win_cache.set(None);
         self.peer_hint_mbps = mbps;
         let target = self.hint_window();
-        let sum: f64 = self.paths.iter().map(|p| p.cwnd()).sum();
+        let sum = self.window_sum();
         if sum > 0.0 && target > sum {
-            let k = target / sum;
-            for p in &mut self.paths {
-                p.scale_window(k);
-            }
+            self.scale_windows(target / sum);
         }
     }
 

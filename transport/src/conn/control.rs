@@ -14,27 +14,19 @@ impl Connection {
         let bytes_per_ns = self.line_rate_mbps as f64 / 8000.0;
         let init_window =
             (bytes_per_ns * self.cfg.initial_rtt_ns as f64).max(self.mtu as f64 * 2.0);
-        self.paths = (0..n)
-            .map(|i| {
-                TxPath::new(
-                    i,
-                    path_entropy(self.seed, i, 0),
-                    &self.cfg,
-                    (init_window / n as f64).max(self.mtu as f64),
-                    init_window,
-                )
-            })
-            .collect();
-        let planes = self.nic_ports;
-        for p in &mut self.paths {
-            p.planes = planes;
-            p.plane = p.index % planes;
-            p.home_plane = p.plane;
+        // Paths are built when first used (`lazy.rs`); under a plane restriction all at
+        // once, as `apply_plane_mask` re-homes every path.
+        self.n_paths = n;
+        self.fresh_cwnd = (init_window / n as f64).max(self.mtu as f64);
+        self.max_cwnd = init_window;
+        self.paths.clear();
+        self.rx_paths.clear();
+        self.rx_due.clear();
+        self.ack_queued.clear();
+        if self.plane_mask() != self.all_planes() {
+            self.grow_all();
         }
         self.apply_plane_mask();
-        self.rx_paths = (0..n).map(|_| RxPath::default()).collect();
-        self.rx_due = vec![u64::MAX; n as usize];
-        self.ack_queued = vec![false; n as usize];
         self.pt_all = true;
         self.min_rtt_all = u64::MAX;
         self.peer_conn = peer.src_conn;
@@ -115,6 +107,7 @@ impl Connection {
                 self.peer_conn,
             ),
             Ctrl::Probe(i) => {
+                self.grow_tx(i as usize);
                 let p = &mut self.paths[i as usize];
                 p.probe_seq = p.probe_seq.wrapping_add(1);
                 p.counters.probes_sent += 1;
@@ -129,6 +122,7 @@ impl Connection {
                 )
             }
             Ctrl::HomeProbe(i) => {
+                self.grow_tx(i as usize);
                 let p = &mut self.paths[i as usize];
                 p.probe_seq = p.probe_seq.wrapping_add(1);
                 p.home_probe_seq = Some(p.probe_seq);
@@ -147,6 +141,7 @@ impl Connection {
                 return pkt.emit(buf).ok().map(|l| (l, port));
             }
             Ctrl::HintRequest(i) => {
+                self.grow_tx(i as usize);
                 let p = &mut self.paths[i as usize];
                 p.counters.probes_sent += 1;
                 (

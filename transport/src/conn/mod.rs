@@ -18,6 +18,7 @@ use std::net::Ipv4Addr;
 mod ack;
 mod cold_start;
 mod control;
+mod lazy;
 mod msn_ring;
 mod planes;
 pub use planes::NoSuchPlane;
@@ -265,17 +266,25 @@ pub struct Connection {
     /// The peer's connection id (0 until known).
     pub peer_conn: u32,
     pub state: ConnState,
-    cfg: ConnConfig,
+    /// Shared by the endpoint's connections that use its default settings.
+    cfg: std::sync::Arc<ConnConfig>,
     mtu: u32,
     line_rate_mbps: u32,
     seed: u64,
+    /// Paths agreed at the open (0 before), and the built prefix of them (`lazy.rs`): a
+    /// path's state is built when it is first used.
+    n_paths: u8,
     paths: Vec<TxPath>,
     rx_paths: Vec<RxPath>,
+    /// The window a path not yet built starts with, and every path's largest.
+    fresh_cwnd: f64,
+    max_cwnd: f64,
     /// The receive side's timer table: per receive path, the earlier of its delayed-ACK
     /// deadline and its hint-answer time (`u64::MAX`: none), kept where those change
     /// (`rx_timer`), so a deadline query reads one word per path, not each `RxPath`.
     rx_due: Vec<u64>,
-    streams: HashMap<u32, Stream>,
+    /// Boxed: the table's spare buckets then cost a pointer each, not a stream.
+    streams: HashMap<u32, Box<Stream>>,
     active: VecDeque<u32>,
     /// Streams with responses still to be sent for the first time (round robin by packet).
     resp_active: VecDeque<u32>,
@@ -439,7 +448,7 @@ impl Connection {
         id: ConnId,
         peer: Ipv4Addr,
         peer_conn: u32,
-        cfg: ConnConfig,
+        cfg: std::sync::Arc<ConnConfig>,
         line_rate_mbps: u32,
         seed: u64,
     ) -> Self {
@@ -457,8 +466,11 @@ impl Connection {
             cfg,
             line_rate_mbps,
             seed,
+            n_paths: 0,
             paths: Vec::new(),
             rx_paths: Vec::new(),
+            fresh_cwnd: 0.0,
+            max_cwnd: 0.0,
             rx_due: Vec::new(),
             streams: HashMap::default(),
             active: VecDeque::new(),
@@ -531,7 +543,7 @@ impl Connection {
     /// Port for our own probes and control on `path`: that path's plane when it has room,
     /// else the lowest port that has.
     fn own_port(&self, path: u8) -> u8 {
-        let plane = self.paths.get(path as usize).map(|p| p.plane).unwrap_or(0);
+        let plane = self.tx_plane(path as usize).unwrap_or(0);
         if plane < 64 && self.tx_ready >> plane & 1 == 1 {
             plane
         } else {
@@ -547,7 +559,7 @@ impl Connection {
         // The plane the peer's packets of this path arrive on (reflection), else our own.
         let plane = match self.rx_paths.get(path as usize) {
             Some(r) if r.reply_port != 0 => r.reply_plane,
-            _ => self.paths.get(path as usize).map(|p| p.plane).unwrap_or(0),
+            _ => self.tx_plane(path as usize).unwrap_or(0),
         };
         if plane < 64 && self.tx_ready >> plane & 1 == 1 {
             plane
@@ -562,20 +574,25 @@ impl Connection {
         self.mtu
     }
 
+    /// Paths agreed with the peer (some may not be built yet: [`Connection::with_path`]).
     pub fn num_paths(&self) -> usize {
-        self.paths.len()
+        self.n_paths as usize
     }
 
+    /// Send path `i` if it has been built (used).
     pub fn path(&self, i: usize) -> Option<&TxPath> {
         self.paths.get(i)
     }
 
+    /// The send paths built so far, in index order (a path is built when first used; those
+    /// after them are fresh).
     pub fn paths(&self) -> &[TxPath] {
         &self.paths
     }
 
     /// Force a path into the failed state (operator action, tests).
     pub fn fail_path(&mut self, i: usize, now: u64) {
+        self.grow_tx(i);
         if let Some(p) = self.paths.get_mut(i) {
             for c in p.on_rto(now, &self.cfg) {
                 self.retx.push_back((c, i as u8));
@@ -706,6 +723,7 @@ impl Connection {
         // on. Only the peer's own packets of that path count (data, probes), not ACKs about
         // our path of the same index.
         if matches!(pkt.body, Body::Data(_) | Body::Probe(_)) {
+            self.grow_rx(pkt.path as usize);
             if let Some(rx) = self.rx_paths.get_mut(pkt.path as usize) {
                 rx.reply_plane = nic_port;
             }
@@ -745,7 +763,7 @@ impl Connection {
             }
             Body::Probe(p) => {
                 let i = pkt.path as usize;
-                if i >= self.paths.len() {
+                if i >= self.n_paths as usize {
                     self.counters.rx_bad_path += 1;
                 } else if pkt.flags & flags::BACKLOG != 0 {
                     // A hint request: count the sender as active now and answer with an ACK

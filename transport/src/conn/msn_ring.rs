@@ -46,6 +46,11 @@ impl<T> MsnRing<T> {
         Some(self.slots[i].get_or_insert_with(f))
     }
 
+    /// Give back spare capacity (the connection has gone idle).
+    pub(super) fn compact(&mut self) {
+        self.slots.shrink_to_fit();
+    }
+
     /// Take the oldest entry (`msn` must be the base) and move the base past it.
     pub(super) fn pop_base(&mut self, msn: u32) -> Option<T> {
         if msn != self.base {

@@ -27,7 +27,7 @@ impl Connection {
         self.plane_mask & self.all_planes()
     }
 
-    fn all_planes(&self) -> u64 {
+    pub(super) fn all_planes(&self) -> u64 {
         if self.nic_ports >= 64 {
             u64::MAX
         } else {
@@ -46,6 +46,7 @@ impl Connection {
             return Err(NoSuchPlane);
         }
         self.plane_mask = m;
+        self.grow_all();
         self.apply_plane_mask();
         Ok(m)
     }

@@ -288,7 +288,7 @@ impl Connection {
                     // Rounds of back-off, not expiries summed over paths (spec/transport.md
                     // §5.4): 16 paths timing out twice must not fail a connection whose peer
                     // was only descheduled for a millisecond.
-                    if !self.paths.iter().any(|p| p.state == PathState::Good) {
+                    if !self.any_good() {
                         self.no_progress_rtos = self.no_progress_rtos.max(self.paths[i].rto_count);
                     }
                     if self.no_progress_rtos >= self.cfg.retry_limit {

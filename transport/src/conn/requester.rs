@@ -16,7 +16,7 @@ impl Connection {
         }
         self.streams.insert(
             local,
-            Stream {
+            Box::new(Stream {
                 remote,
                 pd,
                 err_msn: None,
@@ -36,7 +36,7 @@ impl Connection {
                 resp_cursor: (0, 0),
                 in_resp_active: false,
                 uc: None,
-            },
+            }),
         );
         Ok(())
     }

@@ -19,10 +19,11 @@ impl Connection {
             self.counters.rx_not_open += 1;
             return;
         }
-        if p >= self.rx_paths.len() {
+        if p >= self.n_paths as usize {
             self.counters.rx_bad_path += 1;
             return;
         }
+        self.grow_rx(p);
         // Entropy reflection: answers on this path take the sender's current source port, so
         // when the sender re-routes a path, its ACKs are re-routed with it.
         self.rx_paths[p].reply_port = src_port;

@@ -16,7 +16,7 @@ impl Connection {
     }
 
     fn conn_window_now(&self) -> f64 {
-        let sum: f64 = self.paths.iter().map(|p| p.cwnd()).sum();
+        let sum = self.window_sum();
         if self.peer_hint_mbps != 0 {
             sum.min(self.hint_window().max(self.mtu as f64))
         } else {
@@ -28,7 +28,8 @@ impl Connection {
     /// path with room in the SACK span and a ready NIC port (a black-holed route is then
     /// still probed around), else the silent path itself.
     pub(super) fn tlp_path(&self, silent: usize) -> usize {
-        self.paths
+        let built = self
+            .paths
             .iter()
             .enumerate()
             .filter(|(i, p)| {
@@ -39,29 +40,50 @@ impl Connection {
                     && self.tx_ready >> p.plane & 1 == 1
             })
             .min_by(|a, b| a.1.load().total_cmp(&b.1.load()))
-            .map_or(silent, |(i, _)| i)
+            .map(|(i, p)| (i, p.load()));
+        // A fresh path (Good, empty: load 0) comes after the built ones in path order, so
+        // it is the pick unless a built one is as empty.
+        if built.is_none_or(|(_, l)| l > 0.0) {
+            let fresh = (self.paths.len()..self.n_paths as usize).find(|&i| {
+                i != silent
+                    && self
+                        .tx_plane(i)
+                        .is_some_and(|pl| self.tx_ready >> pl & 1 == 1)
+            });
+            if let Some(i) = fresh {
+                return i;
+            }
+        }
+        built.map_or(silent, |(i, _)| i)
     }
 
     /// Whether `pick_path(bytes, _)` would find a path, without its side effects (the
     /// round-robin cursor) and without comparing loads.
     pub(super) fn any_path_has_room(&mut self, bytes: u32) -> bool {
-        let any_good = self.paths.iter().any(|p| p.state == PathState::Good);
+        let any_good = self.any_good();
         let newest = if any_good {
             0
         } else {
             self.paths.iter().map(|q| q.failed_at).min().unwrap_or(0)
         };
         let mut blocked = false;
-        for p in &self.paths {
-            let usable = if any_good {
-                p.state == PathState::Good
-            } else {
-                p.failed_at == newest
+        for i in 0..self.n_paths as usize {
+            let (usable, plane) = match self.paths.get(i) {
+                Some(p) => {
+                    let usable = if any_good {
+                        p.state == PathState::Good
+                    } else {
+                        p.failed_at == newest
+                    };
+                    (usable && p.has_room(bytes), p.plane)
+                }
+                // Fresh: Good, nothing in flight.
+                None => (true, self.fresh_plane(i)),
             };
-            if !usable || !p.has_room(bytes) {
+            if !usable {
                 continue;
             }
-            if p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+            if plane >= 64 || self.tx_ready >> plane & 1 == 0 {
                 blocked = true;
                 continue;
             }
@@ -76,8 +98,8 @@ impl Connection {
     /// Pick the path for the next packet: the least-loaded usable path with room, avoiding
     /// `avoid` (the path that just lost this chunk) when another will do.
     pub(super) fn pick_path(&mut self, bytes: u32, avoid: u8) -> Option<usize> {
-        let n = self.paths.len();
-        let any_good = self.paths.iter().any(|p| p.state == PathState::Good);
+        let n = self.n_paths as usize;
+        let any_good = self.any_good();
         // Every path is in trouble: keep the least recently failed one going (found once,
         // not once per path).
         let newest = if any_good {
@@ -95,20 +117,25 @@ impl Connection {
             } else {
                 start + k - n
             };
-            let p = &self.paths[i];
-            let usable = if any_good {
-                p.state == PathState::Good
-            } else {
-                p.failed_at == newest
+            let (usable, plane, l) = match self.paths.get(i) {
+                Some(p) => {
+                    let usable = if any_good {
+                        p.state == PathState::Good
+                    } else {
+                        p.failed_at == newest
+                    };
+                    (usable && p.has_room(bytes), p.plane, p.load())
+                }
+                // Fresh: Good, nothing in flight, load 0.
+                None => (true, self.fresh_plane(i), 0.0),
             };
-            if !usable || !p.has_room(bytes) {
+            if !usable {
                 continue;
             }
-            if p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+            if plane >= 64 || self.tx_ready >> plane & 1 == 0 {
                 self.port_blocked = true; // would go, but its NIC port is full
                 continue;
             }
-            let l = p.load();
             let slot = if i as u8 == avoid {
                 &mut fallback
             } else {
@@ -183,7 +210,7 @@ impl Connection {
                 return None;
             }
             self.pilot_at = None;
-            let path = (self.pilot_path as usize).min(self.paths.len() - 1);
+            let path = (self.pilot_path as usize).min(self.n_paths as usize - 1);
             while let Some((chunk, _, retx)) = self.next_chunk() {
                 match self.build_packet(now, chunk, u8::MAX, retx, Some(path), buf, mem) {
                     Ok(Some(x)) => {
@@ -207,11 +234,12 @@ impl Connection {
             && self.hint_tries < HINT_TRIES
             && (inflight == 0 || self.hint_tries > 0)
         {
-            let p = self
-                .paths
-                .iter()
-                .position(|p| p.state == PathState::Good)
-                .unwrap_or(0) as u8;
+            let p = match self.paths.iter().position(|p| p.state == PathState::Good) {
+                Some(i) => i,
+                // The first fresh path is Good.
+                None if self.paths.len() < self.n_paths as usize => self.paths.len(),
+                None => 0,
+            } as u8;
             if self.hint_tries == 0 {
                 self.pilot_path = p;
                 self.pilot_sent_at = None;
@@ -415,6 +443,7 @@ impl Connection {
         let pi = match forced {
             // A probe of this path: only the SACK span and the NIC port's room bound it.
             Some(pi) => {
+                self.grow_tx(pi);
                 let p = &self.paths[pi];
                 if !p.in_span() {
                     return Ok(None);
@@ -435,6 +464,7 @@ impl Connection {
                 None => return Ok(None),
             },
         };
+        self.grow_tx(pi);
         let last = msg.offset + plen >= msg.length;
         let mut fl = 0;
         if last {

@@ -61,20 +61,22 @@ impl Connection {
     /// The home path of unreliable stream `stream` for a packet of `bytes`; None when it has
     /// no room (the chunk waits: another path would reorder the stream).
     pub(super) fn uc_path(&mut self, stream: u32, bytes: u32) -> Option<usize> {
-        let n = self.paths.len();
+        let n = self.n_paths as usize;
         if n == 0 {
             return None;
         }
         let home = (splitmix64(self.seed ^ stream as u64) % n as u64) as usize;
-        let any_good = self.paths.iter().any(|p| p.state == PathState::Good);
+        let any_good = self.any_good();
         let pi = (0..n)
             .map(|k| (home + k) % n)
-            .find(|&i| !any_good || self.paths[i].state == PathState::Good)?;
-        let p = &self.paths[pi];
-        if !p.has_room(bytes) {
-            return None;
-        }
-        if p.plane >= 64 || self.tx_ready >> p.plane & 1 == 0 {
+            .find(|&i| !any_good || self.paths.get(i).is_none_or(|p| p.state == PathState::Good))?;
+        // A fresh path is Good with room.
+        let plane = match self.paths.get(pi) {
+            Some(p) if !p.has_room(bytes) => return None,
+            Some(p) => p.plane,
+            None => self.tx_plane(pi)?,
+        };
+        if plane >= 64 || self.tx_ready >> plane & 1 == 0 {
             self.port_blocked = true;
             return None;
         }

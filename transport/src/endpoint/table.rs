@@ -64,6 +64,10 @@ impl ConnTable {
         self.slots.iter().filter_map(|s| s.as_deref())
     }
 
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Connection> {
+        self.slots.iter_mut().filter_map(|s| s.as_deref_mut())
+    }
+
     /// Every connection in id order: what embedders see through
     /// `Endpoint::connections`, the same order whatever slots the connections took.
     pub(super) fn values_by_id(&self) -> impl Iterator<Item = &Connection> {
@@ -86,7 +90,7 @@ mod tests {
             ConnId(id),
             Ipv4Addr::new(198, 18, 0, 2),
             0,
-            ConnConfig::default(),
+            std::sync::Arc::new(ConnConfig::default()),
             100_000,
             id as u64,
         )
