@@ -74,8 +74,8 @@ impl Connection {
                     // coming: it rides the next ACK datagram (with riders, or on a lone path
                     // its count), or `ack_delay` acknowledges it (spec/transport.md §6.2). An
                     // ACK per message made 0.30-1.0 ACKs per data packet in a bulk transfer.
-                    let can_hold = self.n_paths == 1
-                        || (self.cfg.ack_multi && self.cfg.ack_multi_riders);
+                    let can_hold =
+                        self.n_paths == 1 || (self.cfg.ack_multi && self.cfg.ack_multi_riders);
                     let last = fl & flags::LAST != 0;
                     let hold = last && fl & flags::BACKLOG != 0 && can_hold;
                     let rx = &mut self.rx_paths[p];
