@@ -260,21 +260,7 @@ impl Engine {
         p: EngineParams,
         tsc_hz: u64,
     ) -> std::io::Result<(Engine, EngineHandle)> {
-        let pcap = match &p.pcap {
-            Some(path) => Some(PcapWriter::create(path, p.snaplen).map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("config field `capture.pcap` ({}): {e}", path.display()),
-                )
-            })?),
-            None => None,
-        };
-        let faults = (
-            FaultInjector::new(&p.fault_tx, p.seed ^ 0x7478)
-                .with_schedule(p.fault_schedule.iter().map(|s| (s.at_s, s.tx.clone()))),
-            FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278)
-                .with_schedule(p.fault_schedule.iter().map(|s| (s.at_s, s.rx.clone()))),
-        );
+        let (pcap, faults) = capture_and_faults(&p)?;
         let io = stack(device, pool.clone(), pcap, Some(faults));
         Engine::with_io(io, pool, transport, p, tsc_hz)
     }
@@ -951,4 +937,27 @@ pub fn run_together(mut engines: Vec<Engine>) -> Vec<Value> {
         }
     }
     engines.into_iter().map(|e| e.shutdown()).collect()
+}
+
+/// The capture and the two fault injectors `p` asks for, which every engine (one shard or
+/// many) stacks on its device.
+pub(super) fn capture_and_faults(
+    p: &EngineParams,
+) -> std::io::Result<(Option<PcapWriter>, (FaultInjector, FaultInjector))> {
+    let pcap = match &p.pcap {
+        Some(path) => Some(PcapWriter::create(path, p.snaplen).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("config field `capture.pcap` ({}): {e}", path.display()),
+            )
+        })?),
+        None => None,
+    };
+    let faults = (
+        FaultInjector::new(&p.fault_tx, p.seed ^ 0x7478)
+            .with_schedule(p.fault_schedule.iter().map(|s| (s.at_s, s.tx.clone()))),
+        FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278)
+            .with_schedule(p.fault_schedule.iter().map(|s| (s.at_s, s.rx.clone()))),
+    );
+    Ok((pcap, faults))
 }

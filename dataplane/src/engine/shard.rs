@@ -406,16 +406,7 @@ pub fn sharded(
         let (e, h) = Engine::on_device(device, pool, transport(0)?, p, tsc_hz)?;
         return Ok((vec![e], ShardedHandle::from_handles(vec![h])));
     }
-    let pcap = match &p.pcap {
-        Some(path) => Some(PcapWriter::create(path, p.snaplen)?),
-        None => None,
-    };
-    let faults = (
-        FaultInjector::new(&p.fault_tx, p.seed ^ 0x7478)
-            .with_schedule(p.fault_schedule.iter().map(|s| (s.at_s, s.tx.clone()))),
-        FaultInjector::new(&p.fault_rx, p.seed ^ 0x7278)
-            .with_schedule(p.fault_schedule.iter().map(|s| (s.at_s, s.rx.clone()))),
-    );
+    let (pcap, faults) = capture_and_faults(&p)?;
     let io = stack(device, pool.clone(), pcap, Some(faults));
     let caps = io.caps();
     let link = Arc::new(AtomicBool::new(true));
