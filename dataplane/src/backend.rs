@@ -115,7 +115,7 @@ pub fn open(
         (None, Some(d)) => Port::id_by_name(d).map_err(|e| {
             format!(
                 "config field `port.device`: {e} (probed: {:?})",
-                crate::config::probed(eal)
+                crate::launch::probed(eal)
             )
         })?,
         (None, None) => {
@@ -131,7 +131,7 @@ pub fn open(
                 _ => {
                     return Err(format!(
                         "config field `port.device`: EAL probed several ports ({:?}); name one",
-                        crate::config::probed(eal)
+                        crate::launch::probed(eal)
                     ))
                 }
             }

@@ -29,6 +29,7 @@ pub mod engine;
 pub mod entropy;
 pub mod fault;
 pub mod io;
+pub mod launch;
 pub mod net;
 pub mod netns;
 pub mod pcap;
