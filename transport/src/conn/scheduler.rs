@@ -57,32 +57,41 @@ impl Connection {
         built.map_or(silent, |(i, _)| i)
     }
 
+    /// Which paths may carry the next packet: with any path Good, the Good ones (`None`);
+    /// with every path in trouble, the least recently failed (`Some(its failed_at)`, found
+    /// once, not once per path).
+    fn usable_rule(&self) -> Option<u64> {
+        if self.any_good() {
+            None
+        } else {
+            Some(self.paths.iter().map(|q| q.failed_at).min().unwrap_or(0))
+        }
+    }
+
+    /// Path `i`'s plane if it may carry `bytes` more under `rule` (a fresh path is Good and
+    /// empty), whether or not its NIC port has room.
+    fn candidate(&self, i: usize, bytes: u32, rule: Option<u64>) -> Option<u8> {
+        match self.paths.get(i) {
+            Some(p) => {
+                let usable = match rule {
+                    None => p.state == PathState::Good,
+                    Some(newest) => p.failed_at == newest,
+                };
+                (usable && p.has_room(bytes)).then_some(p.plane)
+            }
+            None => Some(self.fresh_plane(i)),
+        }
+    }
+
     /// Whether `pick_path(bytes, _)` would find a path, without its side effects (the
     /// round-robin cursor) and without comparing loads.
     pub(super) fn any_path_has_room(&mut self, bytes: u32) -> bool {
-        let any_good = self.any_good();
-        let newest = if any_good {
-            0
-        } else {
-            self.paths.iter().map(|q| q.failed_at).min().unwrap_or(0)
-        };
+        let rule = self.usable_rule();
         let mut blocked = false;
         for i in 0..self.n_paths as usize {
-            let (usable, plane) = match self.paths.get(i) {
-                Some(p) => {
-                    let usable = if any_good {
-                        p.state == PathState::Good
-                    } else {
-                        p.failed_at == newest
-                    };
-                    (usable && p.has_room(bytes), p.plane)
-                }
-                // Fresh: Good, nothing in flight.
-                None => (true, self.fresh_plane(i)),
-            };
-            if !usable {
+            let Some(plane) = self.candidate(i, bytes, rule) else {
                 continue;
-            }
+            };
             if plane >= 64 || self.tx_ready >> plane & 1 == 0 {
                 blocked = true;
                 continue;
@@ -99,14 +108,7 @@ impl Connection {
     /// `avoid` (the path that just lost this chunk) when another will do.
     pub(super) fn pick_path(&mut self, bytes: u32, avoid: u8) -> Option<usize> {
         let n = self.n_paths as usize;
-        let any_good = self.any_good();
-        // Every path is in trouble: keep the least recently failed one going (found once,
-        // not once per path).
-        let newest = if any_good {
-            0
-        } else {
-            self.paths.iter().map(|q| q.failed_at).min().unwrap_or(0)
-        };
+        let rule = self.usable_rule();
         let mut best: Option<(usize, f64)> = None;
         let mut fallback: Option<(usize, f64)> = None;
         // Round robin from `rr`, without a division per path.
@@ -117,25 +119,15 @@ impl Connection {
             } else {
                 start + k - n
             };
-            let (usable, plane, l) = match self.paths.get(i) {
-                Some(p) => {
-                    let usable = if any_good {
-                        p.state == PathState::Good
-                    } else {
-                        p.failed_at == newest
-                    };
-                    (usable && p.has_room(bytes), p.plane, p.load())
-                }
-                // Fresh: Good, nothing in flight, load 0.
-                None => (true, self.fresh_plane(i), 0.0),
-            };
-            if !usable {
+            let Some(plane) = self.candidate(i, bytes, rule) else {
                 continue;
-            }
+            };
             if plane >= 64 || self.tx_ready >> plane & 1 == 0 {
                 self.port_blocked = true; // would go, but its NIC port is full
                 continue;
             }
+            // A fresh path carries nothing: load 0.
+            let l = self.paths.get(i).map_or(0.0, |p| p.load());
             let slot = if i as u8 == avoid {
                 &mut fallback
             } else {
