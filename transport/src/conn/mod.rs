@@ -370,7 +370,7 @@ pub struct Connection {
     pt_dirty: Vec<bool>,
     pt_list: Vec<u8>,
     pt_all: bool,
-    pt_key: (u64, Option<u64>, u64, u64),
+    pt_key: TimerBasis,
     /// Smallest RTT sample of any path (`u64::MAX`: none yet); per-path minima only fall.
     min_rtt_all: u64,
     /// The peer's ACK hold: a decaying maximum of the holds its ACKs report (ns).
@@ -380,6 +380,29 @@ pub struct Connection {
     pub counters: ConnCounters,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<Event>,
+}
+
+/// The inputs of a connection's loss and probe deadlines ([`Connection::timer_basis`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct TimerBasis {
+    /// The connection's base RTT.
+    base: u64,
+    /// Its smoothed RTT over all paths, the floor of a path's own (0: none).
+    conn_srtt: u64,
+    /// The ACK hold the timers allow for: the configured delay or the peer's longer hold
+    /// (never less than the configured one).
+    ack_allowance: u64,
+    /// A cold sender waits for its pilot's answer until then.
+    pilot_wait: Option<u64>,
+}
+
+impl TimerBasis {
+    /// How far the allowed ACK hold exceeds the configured `ack_delay` (added to the RTO,
+    /// whose RTT samples leave the hold out). Kept out of the struct: it is in every
+    /// connection's timer table key.
+    fn rto_extra(&self, ack_delay: u64) -> u64 {
+        self.ack_allowance.saturating_sub(ack_delay)
+    }
 }
 
 /// `x` rounded up to a quarter octave (four steps per power of two; 0 stays 0).
@@ -509,7 +532,7 @@ impl Connection {
             pt_dirty: Vec::new(),
             pt_list: Vec::new(),
             pt_all: true,
-            pt_key: (0, None, 0, 0),
+            pt_key: TimerBasis::default(),
             min_rtt_all: u64::MAX,
             peer_hold_ns: 0,
             srtt_all: 0.0,
@@ -622,6 +645,17 @@ impl Connection {
         quarter_octave(self.srtt_all as u64)
     }
 
+    /// What every loss, probe and RTO deadline is computed from, taken once per pass; it is
+    /// also the timer table's key (the table is rebuilt when it changes).
+    pub(super) fn timer_basis(&self) -> TimerBasis {
+        TimerBasis {
+            base: self.base_rtt(),
+            conn_srtt: self.conn_srtt(),
+            ack_allowance: self.ack_allowance(),
+            pilot_wait: self.pilot_wait_until(),
+        }
+    }
+
     /// The peer's ACK hold as the timers see it (ns): a decaying maximum of reported holds.
     pub fn peer_ack_hold_ns(&self) -> u64 {
         self.peer_hold_ns
@@ -649,12 +683,7 @@ impl Connection {
 
     /// Bring the timer table up to date (the endpoint calls this before `poll_timeout`).
     pub(crate) fn refresh_timers(&mut self) {
-        let key = (
-            self.base_rtt(),
-            self.pilot_wait_until(),
-            self.ack_allowance(),
-            self.conn_srtt(),
-        );
+        let key = self.timer_basis();
         if key != self.pt_key || self.pt_all || self.ptimes.len() != self.paths.len() {
             self.pt_key = key;
             self.pt_all = false;
@@ -679,12 +708,7 @@ impl Connection {
         !self.pt_all
             && self.pt_list.is_empty()
             && self.ptimes.len() == self.paths.len()
-            && (
-                self.base_rtt(),
-                self.pilot_wait_until(),
-                self.ack_allowance(),
-                self.conn_srtt(),
-            ) == self.pt_key
+            && self.timer_basis() == self.pt_key
     }
 
     /// READ / atomic responses this end holds for its peer: executed, not yet acknowledged

@@ -6,14 +6,12 @@ impl Connection {
     /// Packets older than their path's loss delay, with a later packet acknowledged on any
     /// path, are lost: resend them now rather than at the RTO.
     pub(super) fn detect_time_losses(&mut self, now: u64) {
-        let base = self.base_rtt();
-        let ack_delay = self.ack_allowance();
-        let cs = self.conn_srtt();
+        let t = self.timer_basis();
         for i in 0..self.paths.len() {
             if !self.paths[i].has_in_flight() {
                 continue; // nothing of this path can be lost (zero-byte packets count)
             }
-            let d = self.paths[i].loss_delay(base, ack_delay, cs);
+            let d = self.paths[i].loss_delay(t.base, t.ack_allowance, t.conn_srtt);
             let lost = self.paths[i].detect_time_losses(now, self.rack_time, d);
             if !lost.is_empty() {
                 self.mark_path(i);
@@ -55,18 +53,13 @@ impl Connection {
 
     /// One row of the timer table, from path `i`'s state.
     pub(super) fn path_times(&self, i: usize) -> PathTimes {
-        let (base, pilot_wait, ack_delay, cs) = self.pt_key;
+        let t = self.pt_key;
         let p = &self.paths[i];
-        let extra = ack_delay - self.cfg.ack_delay_ns.min(ack_delay);
         let own = [
             p.probe_at,
             p.home_probe_at,
-            p.rto_deadline(extra),
-            Self::tlp_at(
-                p,
-                ((base, cs), ack_delay, self.cfg.initial_rtt_ns, extra),
-                pilot_wait,
-            ),
+            p.rto_deadline(t.rto_extra(self.cfg.ack_delay_ns)),
+            self.tlp_at(p, &t),
         ]
         .into_iter()
         .flatten()
@@ -76,7 +69,7 @@ impl Connection {
             own,
             oldest: p.oldest_in_flight().unwrap_or(u64::MAX),
             time_loss: p
-                .time_loss_deadline(u64::MAX, p.loss_delay(base, ack_delay, cs))
+                .time_loss_deadline(u64::MAX, p.loss_delay(t.base, t.ack_allowance, t.conn_srtt))
                 .unwrap_or(u64::MAX),
         }
     }
@@ -96,10 +89,6 @@ impl Connection {
                 t = Some(t.map_or(x, |t| t.min(x)));
             }
         };
-        let base = self.base_rtt();
-        let ack_delay = self.ack_allowance();
-        let extra = ack_delay - self.cfg.ack_delay_ns.min(ack_delay);
-        let cs = self.conn_srtt();
         let clean = self.timers_clean();
         #[cfg(any(test, debug_assertions))]
         if clean {
@@ -129,25 +118,25 @@ impl Connection {
                 min(Some(m));
             }
         } else {
-            let pilot_wait = self.pilot_wait_until();
+            let t = self.timer_basis();
             for p in &self.paths {
                 min(p.probe_at);
                 min(p.home_probe_at);
                 if !p.has_in_flight() {
                     continue;
                 }
-                min(p.rto_deadline(extra));
-                min(p.time_loss_deadline(self.rack_time, p.loss_delay(base, ack_delay, cs)));
-                min(Self::tlp_at(
-                    p,
-                    ((base, cs), ack_delay, self.cfg.initial_rtt_ns, extra),
-                    pilot_wait,
-                ));
+                min(p.rto_deadline(t.rto_extra(self.cfg.ack_delay_ns)));
+                let delay = p.loss_delay(t.base, t.ack_allowance, t.conn_srtt);
+                min(p.time_loss_deadline(self.rack_time, delay));
+                min(self.tlp_at(p, &t));
             }
         }
         #[cfg(any(test, debug_assertions))]
         for (r, &d) in self.rx_paths.iter().zip(&self.rx_due) {
-            let f = r.first_unacked_at.map_or(u64::MAX, |f| f + ack_delay);
+            // The receive side's own delay (`rx_timer`), not the peer's hold.
+            let f = r
+                .first_unacked_at
+                .map_or(u64::MAX, |f| f + self.cfg.ack_delay_ns);
             assert_eq!(
                 d,
                 f.min(r.hint_ack_at.unwrap_or(u64::MAX)),
@@ -188,13 +177,14 @@ impl Connection {
     /// its ACK is waited for (`pilot_wait`): the pilot may sit behind every other sender's
     /// pilot in the receiver's queue (about one fair-share gap), and a probe then is a
     /// spurious resend.
-    fn tlp_at(
-        p: &TxPath,
-        (base, ack_delay, floor, rto_extra): ((u64, u64), u64, u64, u64),
-        pilot_wait: Option<u64>,
-    ) -> Option<u64> {
-        let at = p.tlp_deadline(base, ack_delay, floor, rto_extra)?;
-        Some(match pilot_wait {
+    fn tlp_at(&self, p: &TxPath, t: &TimerBasis) -> Option<u64> {
+        let at = p.tlp_deadline(
+            (t.base, t.conn_srtt),
+            t.ack_allowance,
+            self.cfg.initial_rtt_ns,
+            t.rto_extra(self.cfg.ack_delay_ns),
+        )?;
+        Some(match t.pilot_wait {
             Some(w) => at.max(w),
             None => at,
         })
@@ -241,11 +231,7 @@ impl Connection {
                 }
             }
         }
-        let base = self.base_rtt();
-        let pilot_wait = self.pilot_wait_until();
-        let (ack_delay, floor) = (self.ack_allowance(), self.cfg.initial_rtt_ns);
-        let extra = ack_delay - self.cfg.ack_delay_ns.min(ack_delay);
-        let cs = self.conn_srtt();
+        let t = self.timer_basis();
         // With the table up to date, a path whose own deadline is still ahead has no TLP,
         // RTO or probe due (a path changed below has its deadline behind, so it is looked at).
         let clean = self.timers_clean();
@@ -254,13 +240,7 @@ impl Connection {
             if !due(self, i) {
                 continue;
             }
-            if Self::tlp_at(
-                &self.paths[i],
-                ((base, cs), ack_delay, floor, extra),
-                pilot_wait,
-            )
-            .is_some_and(|t| t <= now)
-            {
+            if self.tlp_at(&self.paths[i], &t).is_some_and(|at| at <= now) {
                 if let Some(ch) = self.paths[i].take_tlp() {
                     self.tlp = Some((ch, i as u8));
                 }
@@ -271,7 +251,7 @@ impl Connection {
             if !due(self, i) {
                 continue;
             }
-            if let Some(d) = self.paths[i].rto_deadline(extra) {
+            if let Some(d) = self.paths[i].rto_deadline(t.rto_extra(self.cfg.ack_delay_ns)) {
                 if d <= now {
                     self.mark_path(i);
                     let lost = self.paths[i].on_rto(now, &self.cfg);
@@ -349,7 +329,7 @@ impl Connection {
         // RTTs, however long the outage: a repaired plane is taken up again within a few
         // RTTs. An idle one backs off to `probe_interval` (it loses nothing by staying away).
         let busy = self.has_unsent() || self.paths.iter().any(|p| p.has_in_flight());
-        let busy_cap = HOME_PROBE_RTTS * base;
+        let busy_cap = HOME_PROBE_RTTS * t.base;
         for i in 0..self.paths.len() {
             let p = &mut self.paths[i];
             let before = p.home_probe_at;
