@@ -51,10 +51,7 @@ pub fn ring_engine_pair(
     ecfg: EndpointConfig,
 ) -> Result<(EnginePair, EnginePair), String> {
     let (a, b) = ring_ports(eal, mtu, mbufs)?;
-    let mut ca = ecfg.clone();
-    ca.seed ^= 0xa;
-    let mut cb = ecfg;
-    cb.seed ^= 0xb;
+    let [ca, cb] = pair_endpoints(ecfg);
     let ea = Engine::new(
         a,
         engine::native_transport(mtu, ca).map_err(|e| e.to_string())?,
@@ -422,6 +419,16 @@ fn bench_spec(payload: u32, messages: u32) -> WorkloadSpec {
     }
 }
 
+/// The two ends' configurations from one: the same settings, distinct seeds (the same in
+/// every benchmark, so runs on one lcore and on several draw the same connection ids).
+fn pair_endpoints(ecfg: EndpointConfig) -> [EndpointConfig; 2] {
+    let mut ca = ecfg.clone();
+    ca.seed ^= 0xa;
+    let mut cb = ecfg;
+    cb.seed ^= 0xb;
+    [ca, cb]
+}
+
 fn bench_endpoint(line_rate_mbps: u32) -> EndpointConfig {
     let mut c = EndpointConfig {
         line_rate_mbps,
@@ -545,11 +552,7 @@ pub fn transport_run_devices(
         idle_polls_before_sleep: idle,
         ..Default::default()
     };
-    let ecfg = bench_endpoint(line_rate_mbps);
-    let mut ca = ecfg.clone();
-    ca.seed ^= 0xa;
-    let mut cb = ecfg;
-    cb.seed ^= 0xb;
+    let [ca, cb] = pair_endpoints(bench_endpoint(line_rate_mbps));
     let (ea, ha) = Engine::on_device(
         a.0,
         a.1,

@@ -75,11 +75,7 @@ pub fn transport_run_sharded(
         seed,
         ..Default::default()
     };
-    let ecfg = bench_endpoint(line_rate_mbps);
-    let mut ca = ecfg.clone();
-    ca.seed ^= 0xa;
-    let mut cb = ecfg;
-    cb.seed ^= 0xb;
+    let [ca, cb] = pair_endpoints(bench_endpoint(line_rate_mbps));
     let tsc = eal.tsc_hz();
     let (ce, ch) = engine::sharded(a.0, a.1, lcores, 1500, ca, params(ipa, 1), tsc)
         .map_err(|e| e.to_string())?;
