@@ -74,19 +74,7 @@ fn loss_real_quick_sweeps_both_modes_and_writes_table_csv_and_plot() {
         status.is_some_and(|s| s.success()),
         "exit {status:?}\n{stdout}"
     );
-    let rows: Vec<Vec<&str>> = csv
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').collect())
-        .collect();
-    assert_eq!(rows.len(), 4, "{csv}");
-    for (r, (mode, loss)) in rows.iter().zip([
-        ("native", 0.0),
-        ("native", 0.01),
-        ("rocev2", 0.0),
-        ("rocev2", 0.01),
-    ]) {
-        assert_eq!((r[0], r[1].parse::<f64>().unwrap()), (mode, loss), "{csv}");
+    for r in &sweep_rows(&csv) {
         let gbps: f64 = r[2].parse().unwrap_or(0.0);
         let share: f64 = r[3].parse().unwrap_or(-1.0);
         let sim: f64 = r[4].parse().unwrap_or(-1.0);
@@ -103,6 +91,26 @@ fn loss_real_quick_sweeps_both_modes_and_writes_table_csv_and_plot() {
 
 /// An address of this process's block of 198.19.0.0/16 (`198.19.(200 + pid % 40).host`,
 /// apart from the compliance tests' block).
+/// The quick sweep's CSV rows, checked to be its four points in order: native then
+/// RoCEv2, each lossless then at 1 %.
+fn sweep_rows(csv: &str) -> Vec<Vec<&str>> {
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    for (r, (mode, loss)) in rows.iter().zip([
+        ("native", 0.0),
+        ("native", 0.01),
+        ("rocev2", 0.0),
+        ("rocev2", 0.01),
+    ]) {
+        assert_eq!((r[0], r[1].parse::<f64>().unwrap()), (mode, loss), "{csv}");
+    }
+    rows
+}
+
 fn addr(host: u8) -> String {
     format!("198.19.{}.{host}", 200 + std::process::id() % 40)
 }
@@ -193,19 +201,7 @@ fn loss_real_runs_across_two_hosts_over_the_control_channel() {
     assert_eq!(code, Some(0), "sweep exit {code:?}\n{stdout}\n{stderr}");
     let head: Vec<&str> = csv.lines().next().unwrap_or("").split(',').collect();
     let col = |n: &str| head.iter().position(|h| *h == n).expect(n);
-    let rows: Vec<Vec<&str>> = csv
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').collect())
-        .collect();
-    assert_eq!(rows.len(), 4, "{csv}");
-    for (r, (mode, loss)) in rows.iter().zip([
-        ("native", 0.0),
-        ("native", 0.01),
-        ("rocev2", 0.0),
-        ("rocev2", 0.01),
-    ]) {
-        assert_eq!((r[0], r[1].parse::<f64>().unwrap()), (mode, loss), "{csv}");
+    for r in &sweep_rows(&csv) {
         assert_eq!(r[col("ok")], "1", "{csv}");
         let gbps: f64 = r[col("goodput_gbps")].parse().unwrap_or(0.0);
         assert!(gbps > 0.0 && gbps.is_finite(), "no goodput: {csv}");
@@ -216,6 +212,7 @@ fn loss_real_runs_across_two_hosts_over_the_control_channel() {
             "B's engine did not run: {csv}"
         );
         assert!(n("peer_tx_datagrams") > 0, "{csv}");
+        let loss: f64 = r[1].parse().unwrap();
         if loss > 0.0 {
             // B's frames went through its loss injector: A told it the rate.
             assert!(n("peer_fault_frames") >= n("peer_tx_datagrams"), "{csv}");
