@@ -175,7 +175,7 @@ fn a_qp_late_to_rts_sends_from_its_sq_psn() {
     }
     let libs = abi::lib_dir("late_rts");
     let bin = abi::build_c(&libs, "late_rts");
-    run_over_hairpin("late_rts", "lr", &bin, &libs, |_| 5);
+    run_over_hairpin("late_rts", "lr", &bin, &libs, |_| 8);
 }
 
 /// Run C test `bin` once per device in a namespace whose veth's far end reflects every frame

@@ -1,9 +1,15 @@
-/* A QP that stays in RTR longer than the shim's grace period before RTS (a slow or loaded
- * application): the shim has by then created it as a responder only; at RTS it must take the
- * sq_psn RTS names, or its first request is out of sequence at the peer for good (RoCEv2:
- * the peer NAKs a PSN the QP never sent, every resend is out of sequence again). Two RC QPs
- * of this process over the namespace's hairpin (GID index 1); QP b waits 50 ms in RTR, then
- * both directions WRITE. Prints one line per check and "RESULT ok" at the end. */
+/* RoCEv2 QPs between RTR and RTS. The shim creates a QP's engine QP at RTR (an RTR QP must
+ * respond) and gives it its send queue's PSN at RTS. Two checks, each over two RC QPs of this
+ * process and the namespace's hairpin (GID index 1):
+ * - a QP that stays in RTR a while (a slow or loaded application) must, once in RTS, send
+ *   from the sq_psn RTS names, or its first request is out of sequence at the peer for good
+ *   (the peer NAKs a PSN the QP never sent, every resend is out of sequence again): QP b
+ *   waits 50 ms in RTR, then both directions WRITE;
+ * - a QP just moved to RTR answers a WRITE at once: QP d goes to RTR and stays there, c
+ *   connects and WRITEs to it immediately, and the WRITE must complete well before c's
+ *   local ACK timeout (67 ms) could have resent it (it did not while the shim created RTR
+ *   QPs only 2 ms later, on a thread).
+ * Prints one line per check and "RESULT ok" at the end. */
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -92,7 +98,7 @@ int main(int argc, char **argv)
 	/* Each QP's sq_psn is the other's rq_psn: a sends from 100, b from 5000. */
 	check(!to_init(a) && !to_init(b) && !to_rtr(ctx, b, a->qp_num, 100),
 	      "b in RTR (expects a's requests from PSN 100)");
-	usleep(50 * 1000); /* past the shim's grace period: b is made a responder only */
+	usleep(50 * 1000); /* b stays in RTR: a responder only */
 	check(!to_rts(b, 5000) && !to_rtr(ctx, a, b->qp_num, 5000) && !to_rts(a, 100),
 	      "b to RTS late (its requests from PSN 5000), a connected");
 	if (failed) {
@@ -107,6 +113,17 @@ int main(int argc, char **argv)
 	check(write_one(b, cq, buf_b, mb, buf_a, ma) && buf_a[LEN - 1] == 0x3c,
 	      "b, late to RTS, WRITEs to a from the PSN RTS named");
 	check(write_one(b, cq, buf_b, mb, buf_a, ma), "and again");
+
+	struct ibv_qp *c = ibv_create_qp(pd, &qa), *d = ibv_create_qp(pd, &qa);
+	check(c && d && !to_init(c) && !to_init(d) && !to_rtr(ctx, d, c->qp_num, 300),
+	      "d in RTR (expects c's requests from PSN 300)");
+	check(c && d && !to_rtr(ctx, c, d->qp_num, 7000) && !to_rts(c, 300), "c connected");
+	memset(buf_a, 0x77, LEN);
+	double t0 = now_s();
+	int ok = c && d && write_one(c, cq, buf_a, ma, buf_b, mb) && buf_b[0] == 0x77;
+	double ms = (now_s() - t0) * 1e3;
+	printf("WRITE to a QP in RTR: %.1f ms\n", ms);
+	check(ok && ms < 40, "c WRITEs to d while d is in RTR: answered at once (< 40 ms)");
 	printf("RESULT %s\n", failed ? "FAIL" : "ok");
 	return failed;
 }
