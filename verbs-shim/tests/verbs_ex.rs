@@ -166,7 +166,9 @@ fn ferrocedv_queries_paths_and_planes_over_the_shim() {
 /// A RoCEv2 QP that stays in RTR past the shim's grace period (created then as a responder
 /// only, send PSN 0) and then moves to RTS sends from the sq_psn RTS names
 /// (`tests/c/late_rts.c`): before the fix its WRITE never completed on `ferroce0_rocev2`
-/// (every request out of sequence at the peer). Both devices.
+/// (every request out of sequence at the peer). It also WRITEs to a QP just moved to RTR,
+/// which must answer at once (67 ms, a resend after the requester's ACK timeout, while the
+/// shim created RoCEv2 RTR QPs 2 ms late on a thread). Both devices.
 #[test]
 fn a_qp_late_to_rts_sends_from_its_sq_psn() {
     if !is_root() || ferroce_dataplane::config::pmd_dir().is_none() {
