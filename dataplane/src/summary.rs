@@ -235,10 +235,12 @@ pub fn render(cfg: &Config, report: &Value) -> String {
         &mut out,
         "repairs",
         format!(
-            "{} resent ({}), SACK holes {}, RTOs {}, path failures {}, NACKs sent {} / received {}, duplicates received {}",
+            "{} resent ({}; {} of them spurious), SACK holes {}, time losses {}, RTOs {}, path failures {}, NACKs sent {} / received {}, duplicates received {}",
             count(resent),
             pct(resent, sent),
+            count(conn_sum(c, "acks_redundant")),
             count(conn_sum(c, "sack_holes")),
+            count(conn_sum(c, "time_losses")),
             count(conn_sum(c, "rtos")),
             count(conn_sum(c, "path_failures")),
             count(conn_sum(c, "nacks_sent")),
@@ -246,6 +248,26 @@ pub fn render(cfg: &Config, report: &Value) -> String {
             count(conn_sum(c, "rx_duplicates")),
         ),
     );
+    // Resends with nothing lost are the peer's ACKs held past this end's timers (a
+    // descheduled engine): the longest hold the peers reported says so.
+    let hold_max = c["connections"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| u(&k["rx_ack_hold_max_ns"]))
+        .max()
+        .unwrap_or(0);
+    if hold_max > 0 {
+        line(
+            &mut out,
+            "ACK holds",
+            format!(
+                "{} ACK block(s) reported a hold longer than ack_delay, the longest {:.1} µs",
+                count(conn_sum(c, "rx_ack_holds_long")),
+                hold_max as f64 / 1000.0
+            ),
+        );
+    }
     // Drops, by who dropped and why.
     let mut frames: Vec<(String, u64)> = c["engine"]["rx_drops"]
         .as_object()
@@ -355,6 +377,8 @@ mod tests {
                 "connections": [
                     {"tx_pkts": 1000, "retx_pkts": 10, "rx_pkts": 900, "tx_payload_bytes": 2_000_000,
                      "sack_holes": 7, "rtos": 1, "nacks_sent": [0, 1, 0, 0, 0, 0],
+                     "acks_redundant": 3, "time_losses": 2, "rx_ack_holds_long": 5,
+                     "rx_ack_hold_max_ns": 1_250_000,
                      "nacks_received": [0, 0, 0, 0, 0, 0], "rx_out_of_window": 4},
                     {"tx_pkts": 1000, "retx_pkts": 2, "rx_pkts": 100, "tx_payload_bytes": 1_000_000,
                      "sack_holes": 1, "rtos": 0},
@@ -374,7 +398,8 @@ mod tests {
             "0.024 Gbit/s, 800 messages/s",
             "p50 61.2 µs, p99 410.0 µs",
             "2,000 sent (3.00 MB payload), 1,000 received; 2 connection(s)",
-            "12 resent (0.60 %), SACK holes 8, RTOs 1",
+            "12 resent (0.60 %; 3 of them spurious), SACK holes 8, time losses 2, RTOs 1",
+            "5 ACK block(s) reported a hold longer than ack_delay, the longest 1250.0 µs",
             "NACKs sent 1 / received 0",
             "frames: udp_port 3, driver imissed 2, udp rx_kernel_dropped 4",
             "transport: bad_crc 5, out_of_window 4",

@@ -23,6 +23,12 @@ pub struct LcoreRun {
     /// full (counted on lcore 0's row only), and forwarded to other shards either way.
     pub dispatch_drops: u64,
     pub dispatched: u64,
+    /// The client's repairs on this shard: RTOs, resends whose original arrived too, and
+    /// the longest ACK hold the server reported (ns). Resends with no frame lost are holds
+    /// longer than the client's timers allow (a descheduled lcore).
+    pub rtos: u64,
+    pub spurious: u64,
+    pub hold_max_ns: u64,
 }
 
 /// Poll `engines` and `d` until every one of `n` lcores has counted itself into `gate`: no
@@ -133,6 +139,19 @@ pub fn transport_run_sharded(
                         .filter_map(|l| l[f].as_u64())
                         .sum()
                 };
+                let conn_fold = |f: &str, max: bool| -> u64 {
+                    let it = counters
+                        .first()
+                        .and_then(|c| c["connections"].as_array())
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|k| k[f].as_u64());
+                    if max {
+                        it.max().unwrap_or(0)
+                    } else {
+                        it.sum()
+                    }
+                };
                 let dispatch_drops = lane_sum("rx_dropped_full");
                 let dispatched = lane_sum("rx_forwarded") + lane_sum("tx_forwarded");
                 (
@@ -143,6 +162,9 @@ pub fn transport_run_sharded(
                         server: sr,
                         dispatch_drops,
                         dispatched,
+                        rtos: conn_fold("rtos", false),
+                        spurious: conn_fold("acks_redundant", false),
+                        hold_max_ns: conn_fold("rx_ack_hold_max_ns", true),
                     },
                     retx,
                 )
@@ -222,5 +244,15 @@ pub fn lcore_line(pmd: &str, payload: u32, loss: f64, runs: &[LcoreRun]) -> Stri
     s.push_str(&format!(
         "\n      dispatch: {fwd} frames forwarded between shards, {drops} dropped (shard queue full)"
     ));
+    for (k, l) in runs.iter().enumerate() {
+        if l.rtos + l.spurious > 0 {
+            s.push_str(&format!(
+                "\n      shard {k} repairs: {} RTOs, {} resends spurious, longest ACK hold reported {:.1} µs",
+                l.rtos,
+                l.spurious,
+                l.hold_max_ns as f64 / 1000.0
+            ));
+        }
+    }
     s
 }
