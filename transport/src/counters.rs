@@ -41,7 +41,7 @@ pub struct ConnCounters {
     pub acks_sent: u64,
     pub acks_received: u64,
     /// ACK blocks whose reported hold (`ack_delay`) exceeded this end's `ack_delay_ns`, and
-    /// the longest hold reported (ns).
+    /// the longest hold reported (ns; as reported, not capped as the timers cap it).
     pub rx_ack_holds_long: u64,
     pub rx_ack_hold_max_ns: u64,
     /// Chunks an ACK credited that were credited already (or whose request had completed):

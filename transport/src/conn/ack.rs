@@ -95,7 +95,9 @@ impl Connection {
         if hold > self.cfg.ack_delay_ns {
             self.counters.rx_ack_holds_long += 1;
         }
-        self.counters.rx_ack_hold_max_ns = self.counters.rx_ack_hold_max_ns.max(hold);
+        // The counter keeps the hold as reported, past the timers' cap: a diagnostic.
+        self.counters.rx_ack_hold_max_ns =
+            self.counters.rx_ack_hold_max_ns.max(a.ack_delay_ns as u64);
         // Up at once, down by an eighth of the difference per ACK: one short hold (a quiet
         // moment at the peer) does not undo what a busy spell showed.
         self.peer_hold_ns = if hold >= self.peer_hold_ns {
