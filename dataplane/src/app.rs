@@ -3,7 +3,7 @@
 //! the client/server logic of the simulator harness's `NodeHost` (every completion checked, every
 //! received and written byte compared with what the client sent).
 
-use crate::engine::{EngineHandle, Output};
+use crate::engine::{Command, EngineHandle, Output};
 use ferroce_transport::mem::{access, Regions};
 use ferroce_transport::*;
 use ferroce_workload::*;
@@ -157,6 +157,11 @@ pub struct ClientApp {
     finished: Option<Instant>,
     closed: bool,
     scratch: Vec<u8>,
+    /// Commands not yet sent (see [`ClientApp::flush`]).
+    staged: Vec<Command>,
+    /// Sent only by [`ClientApp::flush`] (a driver that handles a batch of outputs, then
+    /// rings once); otherwise at the end of each [`ClientApp::on_output`].
+    pub batched: bool,
 }
 
 impl ClientApp {
@@ -191,6 +196,8 @@ impl ClientApp {
             finished: None,
             closed: false,
             scratch: Vec::new(),
+            staged: Vec::new(),
+            batched: false,
         }
     }
 
@@ -231,14 +238,33 @@ impl ClientApp {
         self.finished.is_some()
     }
 
+    /// Send the staged commands as one batch (one doorbell).
+    pub fn flush(&mut self) {
+        if !self.staged.is_empty() {
+            self.h.submit(&mut self.staged);
+        }
+    }
+
     /// Handle one output of the engine.
     pub fn on_output(&mut self, o: Output) {
+        self.handle(o);
+        if !self.batched {
+            self.flush();
+        }
+    }
+
+    fn handle(&mut self, o: Output) {
         self.take_reply();
         match o {
             Output::Event(Event::Connected { conn, .. }) if Some(conn) == self.conn => {
                 self.started = Some(Instant::now());
                 for s in 0..self.spec.streams {
-                    self.h.create_stream(conn, s + 1, s + 1, CLIENT_PD);
+                    self.staged.push(Command::CreateStream {
+                        conn,
+                        local: s + 1,
+                        remote: s + 1,
+                        pd: CLIENT_PD,
+                    });
                 }
                 for s in 0..self.spec.streams {
                     for _ in 0..self.spec.depth {
@@ -370,7 +396,11 @@ impl ClientApp {
             solicited: false,
             fence: false,
         };
-        self.h.post_send(conn, s + 1, wr);
+        self.staged.push(Command::PostSend {
+            conn,
+            stream: s + 1,
+            wr,
+        });
     }
 
     fn on_completion(&mut self, c: Completion) {
@@ -434,7 +464,7 @@ impl ClientApp {
         if self.next_done.iter().all(|&d| d >= self.spec.messages) && self.finished.is_none() {
             self.finished = Some(Instant::now());
             if let Some(conn) = self.conn {
-                self.h.close(conn);
+                self.staged.push(Command::Close { conn });
             }
         }
     }
@@ -492,6 +522,10 @@ pub struct ServerApp {
     pub conns: Vec<ConnId>,
     closed: bool,
     started: Option<Instant>,
+    /// Receives not yet posted (see [`ServerApp::flush`]).
+    staged: Vec<Command>,
+    /// As [`ClientApp::batched`].
+    pub batched: bool,
 }
 
 impl ServerApp {
@@ -525,6 +559,8 @@ impl ServerApp {
             conns: Vec::new(),
             closed: false,
             started: None,
+            staged: Vec::new(),
+            batched: false,
         }
     }
 
@@ -533,7 +569,21 @@ impl ServerApp {
         self.closed
     }
 
+    /// Post the staged receives as one batch (one doorbell).
+    pub fn flush(&mut self) {
+        if !self.staged.is_empty() {
+            self.h.submit(&mut self.staged);
+        }
+    }
+
     pub fn on_output(&mut self, o: Output) {
+        self.handle(o);
+        if !self.batched {
+            self.flush();
+        }
+    }
+
+    fn handle(&mut self, o: Output) {
         match o {
             Output::Event(Event::Accepted { conn, .. }) => {
                 self.started = Some(Instant::now());
@@ -575,7 +625,11 @@ impl ServerApp {
             .into_iter()
             .collect(),
         };
-        self.h.post_recv(conn, s + 1, wr);
+        self.staged.push(Command::PostRecv {
+            conn,
+            stream: s + 1,
+            wr,
+        });
     }
 
     fn on_completion(&mut self, c: Completion) {
@@ -780,8 +834,11 @@ impl PairDriver {
         server_ip: Ipv4Addr,
         spec: &WorkloadSpec,
     ) -> Self {
-        let sv = ServerApp::new(server.clone(), spec);
+        let mut sv = ServerApp::new(server.clone(), spec);
         let mut cl = ClientApp::new(client.clone(), spec, server_ip, sv.keys);
+        // Each step drains a batch of outputs and answers it with one batch of posts.
+        cl.batched = true;
+        sv.batched = true;
         cl.start_async();
         PairDriver {
             client: cl,
@@ -791,18 +848,15 @@ impl PairDriver {
         }
     }
 
-    /// Handle what the engines produced; true if anything was.
+    /// Handle what the engines produced, each side's outputs as one batch answered by one
+    /// batch of posts; true if anything was.
     pub fn step(&mut self) -> bool {
-        let mut any = false;
-        while let Some(o) = self.ch.try_next() {
-            self.client.on_output(o);
-            any = true;
-        }
-        while let Some(o) = self.sh.try_next() {
-            self.server.on_output(o);
-            any = true;
-        }
-        any
+        let (cl, sv) = (&mut self.client, &mut self.server);
+        let mut n = self.ch.drain(usize::MAX, |o| cl.on_output(o));
+        n += self.sh.drain(usize::MAX, |o| sv.on_output(o));
+        cl.flush();
+        sv.flush();
+        n > 0
     }
 
     pub fn done(&self) -> bool {

@@ -41,12 +41,16 @@ pub struct PortCounters {
     pub arp_queue_dropped: u64,
     pub arp_resolved: u64,
     pub commands: u64,
+    /// Batches the commands came in (one per engine poll that found any).
+    pub command_batches: u64,
     /// Raw frames sent on request (tests, tools).
     pub injected: u64,
     /// Posts the transport refused (reported to the application).
     pub post_errors: u64,
     pub completions: u64,
     pub events: u64,
+    /// Batches of outputs published to the application's ring (one per poll at most).
+    pub output_batches: u64,
     pub polls: u64,
     pub idle_sleeps: u64,
 }

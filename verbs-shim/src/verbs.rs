@@ -1664,44 +1664,80 @@ pub(crate) fn sg_list(sge: *const ibv_sge, n: c_int) -> Option<SgList> {
 
 /// Hand work to the engine, or keep it until the QP's stream exists.
 pub(crate) fn submit(q: &Arc<QpShared>, p: Pending) {
-    submit_as(q, p, false)
+    let mut b = Batch::new(q, false);
+    b.add(p);
 }
 
-/// As [`submit`]; `quiet`: without waking the engine, for a post that takes an engine turn
-/// itself before it returns ([`state::drive_after_post`]).
-fn submit_as(q: &Arc<QpShared>, p: Pending, quiet: bool) {
-    let mut inner = lock(&q.inner);
-    match inner.conn {
-        Some(conn) => {
-            drop(inner);
-            let Some(e) = state::running(q.mode) else {
-                return;
-            };
-            let cmd = match p {
-                Pending::Send(wr) => Command::PostSend {
-                    conn,
-                    stream: q.qpn,
-                    wr,
-                },
-                Pending::XrcSend(srqn, wr) => {
-                    let qpn = q.qpn;
-                    Command::Exec(TransportFn(Box::new(move |t| {
-                        state::post_xrc_send(t, conn, qpn, srqn, wr)
-                    })))
-                }
-                Pending::Recv(wr) => Command::PostRecv {
-                    conn,
-                    stream: q.qpn,
-                    wr,
-                },
-            };
-            if quiet {
-                e.h.command_quiet(cmd);
-            } else {
-                e.h.command(cmd);
-            }
+/// The work requests of one post call (a chain of `ibv_send_wr` or `ibv_recv_wr`), handed to
+/// the engine as one batch: one doorbell for the chain, when the call ends (or returns early
+/// with `bad_wr`: what was accepted before it still goes).
+pub(crate) struct Batch<'a> {
+    q: &'a Arc<QpShared>,
+    cmds: Vec<Command>,
+    /// Without waking the engine: the caller takes an engine turn itself right after
+    /// ([`state::drive_after_post`]).
+    quiet: bool,
+}
+
+impl<'a> Batch<'a> {
+    pub(crate) fn new(q: &'a Arc<QpShared>, quiet: bool) -> Self {
+        Batch {
+            q,
+            cmds: Vec::new(),
+            quiet,
         }
-        None => inner.pending.push(p),
+    }
+
+    /// Add one work request, or keep it with the QP until its stream exists.
+    pub(crate) fn add(&mut self, p: Pending) {
+        let mut inner = lock(&self.q.inner);
+        let Some(conn) = inner.conn else {
+            inner.pending.push(p);
+            return;
+        };
+        drop(inner);
+        let q = self.q;
+        self.cmds.push(match p {
+            Pending::Send(wr) => Command::PostSend {
+                conn,
+                stream: q.qpn,
+                wr,
+            },
+            Pending::XrcSend(srqn, wr) => {
+                let qpn = q.qpn;
+                Command::Exec(TransportFn(Box::new(move |t| {
+                    state::post_xrc_send(t, conn, qpn, srqn, wr)
+                })))
+            }
+            Pending::Recv(wr) => Command::PostRecv {
+                conn,
+                stream: q.qpn,
+                wr,
+            },
+        });
+    }
+
+    /// Ring the doorbell now. A full ring is back-pressure: the poster waits for room,
+    /// taking engine turns itself meanwhile when nobody else runs the engine.
+    pub(crate) fn flush(&mut self) {
+        if self.cmds.is_empty() {
+            return;
+        }
+        let Some(e) = state::running(self.q.mode) else {
+            self.cmds.clear();
+            return;
+        };
+        e.h.submit_with(&mut self.cmds, self.quiet, || {
+            let _ = state::drive_engines();
+        });
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        // An early return (bad_wr) takes no engine turn after it: wake the engine.
+        self.quiet = false;
+        self.flush();
     }
 }
 
@@ -1736,6 +1772,7 @@ unsafe extern "C" fn op_post_send(
         return libc::EINVAL;
     }
     let xrc_send = matches!(st.xrc, Some(crate::xrc::XrcRole::Send));
+    let mut batch = Batch::new(st, state::app_progress());
     while !wr.is_null() {
         // SAFETY: the caller's work request chain.
         let w = unsafe { &*wr };
@@ -1843,9 +1880,12 @@ unsafe extern "C" fn op_post_send(
             Some(n) if st.mode == Mode::Roce => Pending::XrcSend(n, swr),
             _ => Pending::Send(swr),
         };
-        submit_as(st, p, state::app_progress());
+        batch.add(p);
         wr = w.next;
     }
+    // The chain is one doorbell.
+    batch.flush();
+    drop(batch);
     state::drive_after_post();
     0
 }
@@ -1871,6 +1911,8 @@ unsafe extern "C" fn op_post_recv(
     // UC: every post waits until its receives are in place (uc.rs); RoCEv2 UD only when
     // the engine held none for the QP (ud_roce.rs).
     let mut barrier = st.uc;
+    // Quiet as before: the application's next poll takes the engine turn.
+    let mut batch = Batch::new(st, state::app_progress());
     while !wr.is_null() {
         // SAFETY: the caller's work request chain.
         let w = unsafe { &*wr };
@@ -1924,14 +1966,13 @@ unsafe extern "C" fn op_post_recv(
                     return e;
                 }
             }
-            None => submit_as(
-                st,
-                Pending::Recv(RecvWr { wr_id: id, sgl }),
-                state::app_progress(),
-            ),
+            None => batch.add(Pending::Recv(RecvWr { wr_id: id, sgl })),
         }
         wr = w.next;
     }
+    // The chain is one doorbell, rung before any barrier waits for it.
+    batch.flush();
+    drop(batch);
     if barrier {
         // In place before the call returns (uc.rs): UD, like UC, drops a datagram that
         // finds no receive.

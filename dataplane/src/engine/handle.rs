@@ -1,5 +1,7 @@
 //! The application's side of an engine: commands in, outputs (completions, events,
-//! refusals) out, over bounded queues, and the shared registered memory.
+//! refusals) out, over two batched rings ([`super::ring`]), and the shared registered
+//! memory. A batch of commands ([`EngineHandle::submit`]) is one doorbell; the outputs of an
+//! engine poll are one batch, drained by the application in bulk ([`EngineHandle::drain`]).
 
 use super::*;
 
@@ -77,32 +79,99 @@ pub enum Output {
     },
 }
 
-/// The application's side of an engine: bounded queues, shared memory, a stop flag and the
-/// latest counters.
+/// The application's side of an engine: bounded rings, shared memory, a stop flag and the
+/// latest counters. Clones share the rings: each end is a single-producer (single-consumer)
+/// ring behind a mutex that a poster (drainer) holds for one batch.
 #[derive(Clone, Debug)]
 pub struct EngineHandle {
-    pub(super) cmd: Sender<Command>,
-    pub(super) out: Receiver<Output>,
+    pub(super) cmd: Arc<Mutex<RingTx<Command>>>,
+    pub(super) out: Arc<Mutex<RingRx<Output>>>,
     pub mem: SharedMem,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) stats: Arc<Mutex<Value>>,
     /// Wakes the engine when it idles in a sleep: a command is work.
     pub(super) waker: Arc<crate::wake::Waiter>,
+    /// The output ring's doorbell, which the application sleeps on in [`Self::next`].
+    pub(super) out_bell: Arc<Bell>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl EngineHandle {
-    /// Send a command; blocks while the queue is full (the engine drains it every poll).
+    /// Send a command; waits while the ring is full (the engine drains it every poll).
+    /// False if the engine is gone.
     pub fn command(&self, c: Command) -> bool {
-        let ok = self.cmd.send(c).is_ok();
-        self.waker.wake();
-        ok
+        self.push_one(c, false)
     }
 
     /// Send a command without waking a sleeping engine: for a caller that takes a turn of
     /// the engine itself right after (`SharedEngine::drive`), which either runs the command
     /// or finds the engine's thread polling (it checks for commands before it sleeps).
     pub fn command_quiet(&self, c: Command) -> bool {
-        self.cmd.send(c).is_ok()
+        self.push_one(c, true)
+    }
+
+    fn push_one(&self, c: Command, quiet: bool) -> bool {
+        let mut c = c;
+        loop {
+            {
+                let mut tx = lock(&self.cmd);
+                if tx.closed() {
+                    return false;
+                }
+                match tx.push(c, quiet) {
+                    Ok(()) => return true,
+                    Err(back) => c = back,
+                }
+            }
+            self.wait_for_room();
+        }
+    }
+
+    /// Send every command of `cmds` (emptied) in order, as one batch: one doorbell for all
+    /// of them while they fit in the ring (more, one per ringful, waiting for room between).
+    /// False if the engine is gone (the rest are dropped with it).
+    pub fn submit(&self, cmds: &mut Vec<Command>) -> bool {
+        self.submit_with(cmds, false, || {})
+    }
+
+    /// As [`Self::submit`], without waking a sleeping engine (see [`Self::command_quiet`]),
+    /// calling `on_full` (e.g. a turn of the engine on this thread) while the ring is full.
+    pub fn submit_with(
+        &self,
+        cmds: &mut Vec<Command>,
+        quiet: bool,
+        mut on_full: impl FnMut(),
+    ) -> bool {
+        while !cmds.is_empty() {
+            {
+                let mut tx = lock(&self.cmd);
+                if tx.closed() {
+                    cmds.clear();
+                    return false;
+                }
+                tx.push_batch(cmds, quiet);
+            }
+            if !cmds.is_empty() {
+                on_full();
+                self.wait_for_room();
+            }
+        }
+        true
+    }
+
+    /// Move as many of `cmds` as fit now into the ring, as one batch, never waiting; the
+    /// rest stay in `cmds` (back-pressure for a poster that refuses instead of waiting).
+    pub fn try_submit(&self, cmds: &mut Vec<Command>, quiet: bool) -> usize {
+        lock(&self.cmd).push_batch(cmds, quiet)
+    }
+
+    /// The ring is full: make sure a sleeping engine knows, and give it the core a moment.
+    fn wait_for_room(&self) {
+        self.waker.wake();
+        std::thread::yield_now();
     }
 
     /// Open a connection; waits for the engine to create it.
@@ -144,15 +213,42 @@ impl EngineHandle {
 
     /// The next completion or event, waiting up to `timeout`.
     pub fn next(&self, timeout: Duration) -> Option<Output> {
-        match self.out.try_recv() {
-            Ok(o) => Some(o),
-            Err(TryRecvError::Empty) => self.out.recv_timeout(timeout).ok(),
-            Err(TryRecvError::Disconnected) => None,
+        let t0 = std::time::Instant::now();
+        loop {
+            {
+                let mut rx = lock(&self.out);
+                if let Some(o) = rx.pop() {
+                    return Some(o);
+                }
+                if rx.closed() {
+                    return None;
+                }
+            }
+            let left = timeout.saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                return None;
+            }
+            // Woken by the engine's next batch of outputs. At most 1 ms at a time: the
+            // waiter wakes one sleeper, and clones of this handle may wait on other threads.
+            let bell = &self.out_bell;
+            let us = (left.as_micros() as u64).clamp(1, 1000);
+            bell.waiter.sleep(us, || bell.pending());
         }
     }
 
     pub fn try_next(&self) -> Option<Output> {
-        self.out.try_recv().ok()
+        lock(&self.out).pop()
+    }
+
+    /// Take up to `max` outputs in one go (one batch off the ring), each through `f`;
+    /// how many.
+    pub fn drain(&self, max: usize, f: impl FnMut(Output)) -> usize {
+        lock(&self.out).drain(max, f)
+    }
+
+    /// Batches of commands sent so far (doorbells rung), over all clones of this handle.
+    pub fn doorbells(&self) -> u64 {
+        lock(&self.cmd).bell().rings()
     }
 
     /// Ask the engine to stop (it drains its tx queue and returns from its run loop).

@@ -11,13 +11,15 @@
 //! needs external-buffer mbufs attached to registered memory, which DPDK allows but the
 //! transport's `Memory` interface (copy in / copy out) does not express yet.
 //!
-//! The application side talks to the engine through bounded crossbeam channels
-//! ([`EngineHandle`]), and shares registered memory with it ([`SharedMem`], locked by the
-//! engine for each access only).
+//! The application side talks to the engine through two batched single-producer rings
+//! ([`EngineHandle`], [`ring`]): commands in (a batch of work requests is one doorbell),
+//! outputs out (one batch per poll, drained in bulk); it shares registered memory with it
+//! ([`SharedMem`], locked by the engine for each access only).
 
 mod arp;
 mod handle;
 mod mem;
+pub mod ring;
 mod shard;
 mod shared;
 pub use shard::{shard_of, sharded, DispatchIo, ShardIo, ShardedHandle};
@@ -32,13 +34,14 @@ pub(crate) enum Idle {
 
 pub use handle::{Command, EngineHandle, Output, OutputSink, TransportCall, TransportFn};
 use mem::LockedMem;
+use ring::{Bell, RingRx, RingTx};
 
 use crate::counters::{self, PortCounters};
 use crate::fault::{FaultConfig, FaultCounters, FaultInjector};
 use crate::io::{DpdkIo, PacketIo};
 use crate::net::{self, Arp, Frame, UdpHeader};
 use crate::pcap::PcapWriter;
-use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use ferroce_dpdk_sys::{rdtsc, Mbuf, Mempool, Port};
 use ferroce_transport::mem::{AtomicOp, MemError, Memory, Regions};
 use ferroce_transport::{
@@ -115,7 +118,7 @@ pub struct EngineParams {
     /// After this many empty polls in a row the loop sleeps (0: never sleep, pure polling).
     pub idle_polls_before_sleep: u32,
     pub idle_sleep_us: u64,
-    /// Capacity of each application ↔ engine channel.
+    /// Capacity of each application ↔ engine ring (commands in, outputs out).
     pub queue_depth: usize,
     /// Stop when the link goes down (a peer leaving).
     pub stop_on_link_down: bool,
@@ -178,9 +181,12 @@ pub struct Engine {
     txq: Vec<Mbuf>,
     tx_out: Vec<Mbuf>,
     spare: Option<Mbuf>,
-    cmd_rx: Receiver<Command>,
-    out_tx: Sender<Output>,
-    outputs: VecDeque<Output>,
+    cmd_rx: RingRx<Command>,
+    /// Commands taken off the ring in this poll (reused).
+    cmd_buf: Vec<Command>,
+    out_tx: RingTx<Output>,
+    /// Outputs of this poll, published to the application as one batch.
+    outputs: Vec<Output>,
     accept_streams: Vec<(u32, u32, u32)>,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<Value>>,
@@ -281,13 +287,15 @@ impl Engine {
             mac = [0x02, 0x66, 0x72, 0x63, (caps.id >> 8) as u8, caps.id as u8];
         }
         let burst = p.burst.min(caps.max_burst).max(1);
-        let (cmd_tx, cmd_rx) = bounded(p.queue_depth.max(1));
-        let (out_tx, out_rx) = bounded(p.queue_depth.max(1));
+        let waker = Arc::new(crate::wake::Waiter::new());
+        let (cmd_tx, cmd_rx) = ring::ring(p.queue_depth.max(1), waker.clone());
+        let (out_tx, out_rx) =
+            ring::ring(p.queue_depth.max(1), Arc::new(crate::wake::Waiter::new()));
+        let out_bell = out_rx.bell().clone();
         // Unpredictable keys: a peer that saw one rkey cannot guess another.
         let mem: SharedMem = Arc::new(Mutex::new(Regions::with_keys(crate::entropy::os_keys()?)));
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(Value::Null));
-        let waker = Arc::new(crate::wake::Waiter::new());
         // Probe how much room a fresh mbuf has for the transport's datagram.
         let payload_room = pool
             .alloc()
@@ -321,8 +329,9 @@ impl Engine {
             tx_out: Vec::with_capacity(burst as usize * 4),
             spare: None,
             cmd_rx,
+            cmd_buf: Vec::with_capacity(256),
             out_tx,
-            outputs: VecDeque::new(),
+            outputs: Vec::new(),
             accept_streams: Vec::new(),
             stop: stop.clone(),
             stats: stats.clone(),
@@ -345,12 +354,13 @@ impl Engine {
             p: EngineParams { burst, ..p },
         };
         let h = EngineHandle {
-            cmd: cmd_tx,
-            out: out_rx,
+            cmd: Arc::new(Mutex::new(cmd_tx)),
+            out: Arc::new(Mutex::new(out_rx)),
             mem,
             stop,
             stats,
             waker,
+            out_bell,
         };
         Ok((e, h))
     }
@@ -416,8 +426,8 @@ impl Engine {
             Idle::Sleep(us) => {
                 // Until the next timer, a packet's chance to arrive (the PMD is polled), or
                 // a command from the application, which wakes the engine at once.
-                let (cmds, io) = (&self.cmd_rx, &self.io);
-                self.waker.sleep(us, || !cmds.is_empty() || io.rx_ready());
+                let (cmds, io) = (self.cmd_rx.bell(), &self.io);
+                self.waker.sleep(us, || cmds.pending() || io.rx_ready());
             }
         }
     }
@@ -465,16 +475,18 @@ impl Engine {
         // Application commands, before the packets: what the application asked for came
         // first (a listen command must be in place before the OPEN it is for is read, or
         // the connection is accepted without the streams it should get).
-        for _ in 0..256 {
-            match self.cmd_rx.try_recv() {
-                Ok(c) => {
-                    work = true;
-                    self.counters.commands += 1;
-                    self.command(c);
-                }
-                Err(_) => break,
+        // One batch off the ring (what was published by now, at most 256).
+        let mut cmds = std::mem::take(&mut self.cmd_buf);
+        let n = self.cmd_rx.drain(256, |c| cmds.push(c));
+        if n > 0 {
+            work = true;
+            self.counters.commands += n as u64;
+            self.counters.command_batches += 1;
+            for c in cmds.drain(..) {
+                self.command(c);
             }
         }
+        self.cmd_buf = cmds;
 
         // Receive.
         let n = self.io.rx_burst(now, &mut self.rx, self.p.burst);
@@ -554,26 +566,26 @@ impl Engine {
             } => {
                 if let Err(e) = self.transport.create_stream(conn, local, remote, pd) {
                     self.counters.post_errors += 1;
-                    self.outputs.push_back(refused("create_stream", 0, e));
+                    self.outputs.push(refused("create_stream", 0, e));
                 }
             }
             Command::PostSend { conn, stream, wr } => {
                 let id = wr.wr_id;
                 if let Err(e) = self.transport.post_send(conn, stream, wr) {
                     self.counters.post_errors += 1;
-                    self.outputs.push_back(refused("post_send", id, e));
+                    self.outputs.push(refused("post_send", id, e));
                 }
             }
             Command::PostRecv { conn, stream, wr } => {
                 let id = wr.wr_id;
                 if let Err(e) = self.transport.post_recv(conn, stream, wr) {
                     self.counters.post_errors += 1;
-                    self.outputs.push_back(refused("post_recv", id, e));
+                    self.outputs.push(refused("post_recv", id, e));
                 }
             }
             Command::Close { conn } => {
                 if let Err(e) = self.transport.close(conn) {
-                    self.outputs.push_back(refused("close", 0, e));
+                    self.outputs.push(refused("close", 0, e));
                 }
             }
             Command::Snapshot { reply } => {
@@ -608,7 +620,7 @@ impl Engine {
                 for &(local, remote, pd) in &self.accept_streams {
                     if let Err(e) = self.transport.create_stream(conn, local, remote, pd) {
                         self.counters.post_errors += 1;
-                        self.outputs.push_back(Output::Refused {
+                        self.outputs.push(Output::Refused {
                             what: "create_stream (listen)",
                             wr_id: 0,
                             err: e,
@@ -617,12 +629,12 @@ impl Engine {
                 }
             }
             self.counters.events += 1;
-            self.outputs.push_back(Output::Event(ev));
+            self.outputs.push(Output::Event(ev));
         }
         if !events_only {
             while let Some(c) = self.transport.poll_completion() {
                 self.counters.completions += 1;
-                self.outputs.push_back(Output::Completion(c));
+                self.outputs.push(Output::Completion(c));
             }
         }
     }
@@ -633,30 +645,33 @@ impl Engine {
             let mut any = false;
             // The sink may call the transport, which may produce more.
             while !self.outputs.is_empty() {
-                while let Some(o) = self.outputs.pop_front() {
+                let mut outs = std::mem::take(&mut self.outputs);
+                for o in outs.drain(..) {
                     any = true;
                     sink(o, &mut *self.transport);
+                }
+                // Keep the allocation unless the sink produced more meanwhile.
+                if self.outputs.is_empty() {
+                    self.outputs = outs;
                 }
                 self.collect(false);
             }
             self.sink = Some(sink);
             return any;
         }
-        let mut any = false;
-        while let Some(o) = self.outputs.pop_front() {
-            match self.out_tx.try_send(o) {
-                Ok(()) => any = true,
-                Err(TrySendError::Full(o)) => {
-                    self.outputs.push_front(o);
-                    break;
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    self.outputs.clear();
-                    break;
-                }
-            }
+        if self.outputs.is_empty() {
+            return false;
         }
-        any
+        if self.out_tx.closed() {
+            self.outputs.clear();
+            return false;
+        }
+        // One batch, one doorbell; what does not fit waits for the next poll (never dropped).
+        let n = self.out_tx.push_batch(&mut self.outputs, false);
+        if n > 0 {
+            self.counters.output_batches += 1;
+        }
+        n > 0
     }
 
     fn handle_frame(&mut self, now: u64, m: &Mbuf, mem: &mut dyn Memory) {

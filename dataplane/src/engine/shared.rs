@@ -22,7 +22,8 @@ pub struct SharedEngine {
     eng: Mutex<Option<Engine>>,
     stop: Arc<AtomicBool>,
     waker: Arc<crate::wake::Waiter>,
-    cmds: crossbeam_channel::Receiver<super::Command>,
+    /// The command ring's doorbell: a sleeping engine thread wakes for a batch.
+    cmds: Arc<super::Bell>,
     /// Engine time of the application's last turn (0: never).
     app_at: AtomicU64,
     /// Turns the application took, and turns that found work.
@@ -35,7 +36,7 @@ impl SharedEngine {
         Arc::new(SharedEngine {
             stop: e.stop.clone(),
             waker: e.waker.clone(),
-            cmds: e.cmd_rx.clone(),
+            cmds: e.cmd_rx.bell().clone(),
             eng: Mutex::new(Some(e)),
             app_at: AtomicU64::new(0),
             app_turns: AtomicU64::new(0),
@@ -96,7 +97,7 @@ impl SharedEngine {
                 Idle::Yield => std::thread::yield_now(),
                 Idle::Sleep(us) => {
                     let cmds = &self.cmds;
-                    self.waker.sleep(us, || !cmds.is_empty());
+                    self.waker.sleep(us, || cmds.pending());
                 }
             }
         }
