@@ -46,7 +46,7 @@ pub fn object_sizes(seed: u64) -> Vec<u32> {
 
 /// Whether host `h` is a server.
 pub fn is_server(h: usize, n: usize) -> bool {
-    h % (n / SERVERS) == 0
+    h.is_multiple_of(n / SERVERS)
 }
 
 /// Client `j`-th (in host order) reads from server `j % SERVERS`: 15 clients per server,
