@@ -265,3 +265,41 @@ pub fn plot(r: &super::CollectiveReport, path: &std::path::Path) -> Result<bool,
     plot::chart(path, &axes, &series)?;
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Opts;
+
+    /// The pattern's shape: 8 servers, one per pod, 15 clients each, every object a power
+    /// of two in 4 KiB – 4 MiB, the table the same for a seed and different across seeds,
+    /// and the ideal the busiest server's bytes.
+    #[test]
+    fn storage_flows_have_the_stated_shape() {
+        let n = fabric::FAT_TREE_HOSTS;
+        let cfg = CollectiveConfig::new(Opts::default());
+        let fl = flows(&cfg, n);
+        assert_eq!(fl.len(), n - SERVERS);
+        let bytes = server_bytes(&fl);
+        assert_eq!(bytes.len(), SERVERS);
+        for (s, _) in &bytes {
+            assert!(is_server(s.0 as usize, n));
+            assert_eq!(fl.iter().filter(|f| f.server == *s).count(), 15);
+        }
+        let pods: std::collections::BTreeSet<usize> = bytes
+            .iter()
+            .map(|(s, _)| s.0 as usize / (n / SERVERS))
+            .collect();
+        assert_eq!(pods.len(), SERVERS, "one server per pod");
+        assert!(fl.iter().all(|f| !is_server(f.client.0 as usize, n)));
+        let t = object_sizes(1);
+        assert!(t
+            .iter()
+            .all(|&s| s.is_power_of_two() && (MIN_OBJECT..=MAX_OBJECT).contains(&s)));
+        assert!(t.contains(&MIN_OBJECT) && t.contains(&MAX_OBJECT));
+        assert_eq!(t, object_sizes(1));
+        assert_ne!(t, object_sizes(2));
+        let max = bytes.iter().map(|b| b.1).max().unwrap();
+        assert_eq!(ideal_ns(&fl), max * 8 * 1_000_000_000 / LINK_BPS);
+    }
+}
