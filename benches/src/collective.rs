@@ -4,7 +4,8 @@
 //! WRITEs S/N bytes with immediate to host i+1, and starts step k+1 only when step k's chunk
 //! from host i−1 has arrived). Job completion time against the ideal, for native (default
 //! paths), native with 1 path and RoCEv2 go-back-N, lossless, at 1 % random loss and with one
-//! core link down.
+//! core link down. Beside them a storage / KV-cache pattern ([`storage`]): many clients
+//! reading objects of mixed sizes from a few servers at once.
 
 use crate::fabric::{self, LINK_BPS, MTU};
 use crate::progress::Progress;
@@ -18,11 +19,16 @@ use ferroce_sim::{FaultConfig, HostId, Sim};
 use ferroce_transport::EndpointConfig;
 use std::time::Instant;
 
+pub mod storage;
+
 /// Which collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pattern {
     AllToAll,
     Ring,
+    /// Clients READ objects of mixed sizes from a few servers ([`storage`]); runs once,
+    /// whatever the sizes S.
+    Storage,
 }
 
 impl Pattern {
@@ -30,22 +36,27 @@ impl Pattern {
         match self {
             Pattern::AllToAll => "all-to-all",
             Pattern::Ring => "ring-allreduce",
+            Pattern::Storage => "storage-kv",
         }
     }
 
     /// The pattern named `s` (its `name`).
     pub fn parse(s: &str) -> Result<Self, String> {
-        [Pattern::AllToAll, Pattern::Ring]
+        [Pattern::AllToAll, Pattern::Ring, Pattern::Storage]
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown pattern {s:?} (all-to-all, ring-allreduce)"))
+            .ok_or_else(|| {
+                format!("unknown pattern {s:?} (all-to-all, ring-allreduce, storage-kv)")
+            })
     }
 
-    /// Payload bytes each host must send for per-host size `s` on `n` hosts.
+    /// Payload bytes each host must send for per-host size `s` on `n` hosts (the storage
+    /// pattern's depend on the drawn object sizes: see [`storage::ideal_ns`]).
     pub fn bytes_per_host(self, s: u64, n: u64) -> u64 {
         match self {
             Pattern::AllToAll => (n - 1) * s,
             Pattern::Ring => 2 * (n - 1) * ring_chunk(s, n),
+            Pattern::Storage => 0,
         }
     }
 }
@@ -144,7 +155,7 @@ impl CollectiveConfig {
     pub fn new(opts: Opts) -> Self {
         CollectiveConfig {
             opts,
-            patterns: vec![Pattern::AllToAll, Pattern::Ring],
+            patterns: vec![Pattern::AllToAll, Pattern::Ring, Pattern::Storage],
             engines: Engine::ALL.to_vec(),
             conditions: vec![
                 Condition::Lossless,
@@ -184,6 +195,8 @@ pub struct CollectiveRow {
     pub errors: Vec<String>,
     pub events: u64,
     pub wall_s: f64,
+    /// Storage pattern only: per-read figures and the servers' egress utilisation.
+    pub storage: Option<storage::StorageStats>,
 }
 
 /// What made native senders resend, summed over every path of every connection of every
@@ -253,6 +266,11 @@ impl CollectiveReport {
 
 /// When every host posts its first WRITEs: connections are opened at 0.
 const T0: u64 = 200_000;
+
+/// RoCEv2 all-to-all: the server role's QPs are numbered from here (the client role's are
+/// 1, 2, ...), so a host's two QPs towards one peer stay apart (see
+/// [`NodeHost::set_server_streams_from`]).
+const ROCE_SERVER_QPN: u32 = 0x100;
 
 fn host_for(engine: Engine, id: HostId, ip: [u8; 4], opts: Opts) -> NodeHost {
     let seed = opts.seed;
@@ -334,6 +352,7 @@ pub fn flows(cfg: &CollectiveConfig, pattern: Pattern, n: usize, s: u64) -> Vec<
                 })
                 .collect()
         }
+        Pattern::Storage => storage::flows(cfg, n),
     }
 }
 
@@ -357,6 +376,11 @@ fn run_one(
     if cond == Condition::CoreLinkDown && !take_core_link_down(&mut sim) {
         errors.push("no core link to take down".to_string());
     }
+    if engine == Engine::Roce && pattern == Pattern::AllToAll {
+        for &x in &all {
+            sim.host_mut(x).set_server_streams_from(ROCE_SERVER_QPN);
+        }
+    }
     let fl = flows(cfg, pattern, n, size);
     let h: Vec<FlowHandle> = multi::start_flows(&mut sim, &fl);
     // A job opens its connections at start-up, not inside the collective: the loss starts
@@ -375,8 +399,10 @@ fn run_one(
             sim.host_mut(f.client).chain_client(f.index);
         }
     }
-    let bytes = pattern.bytes_per_host(size, n as u64);
-    let ideal_ns = bytes * 8 * 1_000_000_000 / LINK_BPS;
+    let ideal_ns = match pattern {
+        Pattern::Storage => storage::ideal_ns(&fl),
+        _ => pattern.bytes_per_host(size, n as u64) * 8 * 1_000_000_000 / LINK_BPS,
+    };
     // Generous: 40 times the ideal plus 20 ms (RoCEv2 at 1 % loss is slow, not stuck).
     let limit = T0 + 40 * ideal_ns + 20_000_000;
     let trace = std::env::var_os("FERROCE_COLL_TRACE").is_some();
@@ -419,6 +445,7 @@ fn run_one(
         errors,
         events: sim.events_processed(),
         wall_s: t_wall.elapsed().as_secs_f64(),
+        storage: (pattern == Pattern::Storage).then(|| storage::stats(&sim, &h, &fl, jct_ns)),
     }
 }
 
@@ -438,15 +465,15 @@ fn open_connections(sim: &Sim<NodeHost>, h: &[FlowHandle]) -> usize {
         .count()
 }
 
-/// Combinations left out: RoCEv2 all-to-all. The harness opens a RoCEv2 host's server side
-/// with `connect(peer)`, which for a peer that is also this host's server gives the QP the
-/// client role already has (`create_stream: StreamExists`), so the pair never runs; one QP
-/// per pair carrying both directions needs the harness to share it between the two roles.
-pub fn skipped(p: Pattern, e: Engine) -> bool {
-    p == Pattern::AllToAll && e == Engine::Roce
+/// The sizes a pattern runs at: the storage pattern once (its object sizes are its own).
+fn sizes_of(cfg: &CollectiveConfig, p: Pattern) -> Vec<u64> {
+    match p {
+        Pattern::Storage => vec![storage::MAX_OBJECT as u64],
+        _ => cfg.sizes.clone(),
+    }
 }
 
-/// Runs the benchmark: every pattern × size × engine × condition (less [`skipped`]).
+/// Runs the benchmark: every pattern × size × engine × condition.
 pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport {
     let t_all = Instant::now();
     let engines: Vec<Engine> = cfg
@@ -455,17 +482,16 @@ pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport 
         .copied()
         .filter(|&e| e != Engine::Roce || roce::AVAILABLE)
         .collect();
-    let runs = |p: Pattern| engines.iter().filter(|&&e| !skipped(p, e)).count();
     let total: usize = cfg
         .patterns
         .iter()
-        .map(|&p| runs(p) * cfg.sizes.len() * cfg.conditions.len())
+        .map(|&p| engines.len() * sizes_of(cfg, p).len() * cfg.conditions.len())
         .sum();
     progress.begin("collective", total as u64);
     let mut rows = Vec::new();
     for &p in &cfg.patterns {
-        for &s in &cfg.sizes {
-            for &e in engines.iter().filter(|&&e| !skipped(p, e)) {
+        for s in sizes_of(cfg, p) {
+            for &e in &engines {
                 for &c in &cfg.conditions {
                     progress.step(&format!(
                         "{} {} KiB, {}, {}",
@@ -488,17 +514,32 @@ pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport 
             format!("fabric: {}", fabric::describe_reference(rtt)),
             format!(
                 "all-to-all: every host WRITEs S bytes to each of the other 127, all posted at {} µs on 127 connections per host \
-                 (one connection / QP per ordered host pair, WRITEs of min(S, {} B), {} in flight per connection)",
+                 (one connection / QP per ordered host pair, WRITEs of min(S, {} B), {} in flight per connection; RoCEv2: \
+                 a host's requester QPs are numbered 1, its responder QPs {:#x}, so each ordered pair has its own QP pair)",
                 T0 / 1000,
                 cfg.msg_size,
-                cfg.depth
+                cfg.depth,
+                ROCE_SERVER_QPN
             ),
             "ring all-reduce: host i WRITEs_WITH_IMM S/128 bytes to host i+1, 254 steps; step k+1 is posted only when \
              host i's receive of step k's chunk from host i-1 has completed (the data dependency, no global barrier; \
              reduction compute takes no time)".into(),
             "engines: native (default paths and controller), native with 1 path per connection, RoCEv2 RC go-back-N \
-             (local ACK timeout 65.5 µs, its best case on this fabric; retry forever); RoCEv2 all-to-all is NOT RUN: \
-             the harness cannot yet give a RoCEv2 host both roles towards the same peer (StreamExists)".into(),
+             (local ACK timeout 65.5 µs, its best case on this fabric; retry forever)".into(),
+            format!(
+                "storage-kv: {} servers (one per pod), the other {} hosts clients, client j READs {} objects from server \
+                 j mod {}, {} in flight, sizes from a fixed table of {} seeded log-uniform draws over the powers of two \
+                 {} KiB - {} KiB (each client starts at its own place in it); all clients at {} µs",
+                storage::SERVERS,
+                fabric::FAT_TREE_HOSTS - storage::SERVERS,
+                storage::objects(cfg),
+                storage::SERVERS,
+                storage::DEPTH,
+                storage::object_sizes(cfg.opts.seed).len(),
+                storage::MIN_OBJECT >> 10,
+                storage::MAX_OBJECT >> 10,
+                T0 / 1000
+            ),
             "conditions: lossless; 1 % random loss on every host's uplink (data and ACKs) from the start of the \
              collective, the connections having opened before (as a job opens its QPs at start-up); one \
              core-aggregation link down from the start, routing converged around it (ECMP no longer uses it)".into(),
@@ -506,8 +547,12 @@ pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport 
         definitions: vec![
             "jct: job completion time, from the common start to the completion of the last WRITE of any host (the sender's \
              completion, i.e. acknowledged)".into(),
-            "ideal: the payload bytes each host must send ((N-1) S for all-to-all, 2 (N-1) S/N for the ring) at the 100 Gb/s \
-             line rate, no headers, no RTT; fraction = ideal / jct (packet headers alone cap it at 0.972)".into(),
+            "ideal: the payload bytes each host must send ((N-1) S for all-to-all, 2 (N-1) S/N for the ring, the busiest \
+             server's READ responses for storage-kv) at the 100 Gb/s line rate, no headers, no RTT; fraction = ideal / jct \
+             (packet headers alone cap it at 0.972)".into(),
+            "storage-kv: read time = a READ's post to its completion (behind the client's other READ in flight); alone = \
+             the object at line rate plus one base RTT; egress = the servers' READ response bytes / (servers x line rate x jct)"
+                .into(),
             "retransmits: packets that carried data sent before, all hosts; drops: packets the fabric dropped (random loss, \
              full queues, the down link)".into(),
             "holes / time-lost / TLPs / RTOs (native): why senders resent, summed over every path: SACK holes, the \
@@ -544,6 +589,7 @@ pub fn csv(r: &CollectiveReport) -> crate::csv::Csv {
         "errors",
         "events",
         "wall_s",
+        "egress_utilisation",
     ]);
     for x in &r.rows {
         c.push(vec![
@@ -568,6 +614,7 @@ pub fn csv(r: &CollectiveReport) -> crate::csv::Csv {
             x.errors.len().to_string(),
             x.events.to_string(),
             num(Some(x.wall_s), 2),
+            num(x.storage.as_ref().map(|st| st.egress_util), 4),
         ]);
     }
     c
@@ -578,7 +625,8 @@ pub fn plot(r: &CollectiveReport, path: &std::path::Path) -> Result<(), String> 
     use crate::plot::{self, Axes, Series, NATIVE_COLORS, ROCE_COLORS};
     let mut series = Vec::new();
     let conds = &r.config.conditions;
-    for &p in &r.config.patterns {
+    // The storage pattern has its own chart (storage::plot).
+    for &p in r.config.patterns.iter().filter(|&&p| p != Pattern::Storage) {
         for &e in &r.config.engines {
             for (ci, &c) in conds.iter().enumerate() {
                 let points: Vec<(f64, f64)> = r

@@ -183,7 +183,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", global = true,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub pace_burst: Option<u32>,
-    /// Collective only: run just these patterns (comma-separated: all-to-all, ring-allreduce).
+    /// Collective only: run just these patterns (comma-separated: all-to-all, ring-allreduce,
+    /// storage-kv).
     #[arg(long, value_delimiter = ',', value_name = "P,...", global = true,
           value_parser = ferroce_benches::collective::Pattern::parse)]
     pub patterns: Vec<ferroce_benches::collective::Pattern>,

@@ -19,7 +19,7 @@ fn size_name(s: u64) -> String {
 
 pub fn render(r: &CollectiveReport) -> String {
     let mut out = header(
-        "ferroce bench collective: all-to-all and ring all-reduce on 128 hosts",
+        "ferroce bench collective: all-to-all, ring all-reduce and storage/KV reads on 128 hosts",
         &r.setup,
         r.config.opts,
     );
@@ -78,6 +78,7 @@ pub fn render(r: &CollectiveReport) -> String {
         ]);
     }
     out.push_str(&t.render());
+    out.push_str(&render_storage(r));
     let errs: Vec<String> = r
         .rows
         .iter()
@@ -102,6 +103,61 @@ pub fn render(r: &CollectiveReport) -> String {
     out
 }
 
+/// The storage rows: servers' egress utilisation, then reads by object size.
+fn render_storage(r: &CollectiveReport) -> String {
+    let rows: Vec<_> = r
+        .rows
+        .iter()
+        .filter_map(|x| x.storage.as_ref().map(|st| (x, st)))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(
+        [
+            "engine",
+            "condition",
+            "object",
+            "reads",
+            "mean µs",
+            "p99 µs",
+            "alone µs",
+            "mean / alone",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    );
+    let mut util = Vec::new();
+    for (x, st) in rows {
+        util.push(format!(
+            "{} {}: {} reads, jct fraction {}, servers' egress utilisation {:.3}, drops {}",
+            x.engine.name(),
+            x.condition.name(),
+            count(st.reads),
+            opt(x.fraction, 3),
+            st.egress_util,
+            count(x.drops)
+        ));
+        for b in &st.by_size {
+            t.row(vec![
+                x.engine.name().into(),
+                x.condition.name(),
+                size_name(b.size as u64),
+                count(b.reads),
+                format!("{:.1}", b.mean_ns as f64 / 1e3),
+                format!("{:.1}", b.p99_ns as f64 / 1e3),
+                format!("{:.1}", b.alone_ns as f64 / 1e3),
+                format!("{:.2}", b.mean_ns as f64 / b.alone_ns.max(1) as f64),
+            ]);
+        }
+    }
+    let mut out = String::from("\n");
+    out.push_str(&lines("storage-kv:", &util));
+    out.push_str(&t.render());
+    out
+}
+
 /// Runs the benchmark, prints its table and thresholds, writes collective.csv/.svg.
 /// Returns whether every run completed without verification errors.
 pub fn run(a: &BenchArgs, opts: Opts, out: &Path, suffix: &str) -> Result<bool, String> {
@@ -123,9 +179,17 @@ pub fn run(a: &BenchArgs, opts: Opts, out: &Path, suffix: &str) -> Result<bool, 
     let svg = out.join(format!("collective{suffix}.svg"));
     write_csv(&collective::csv(&r), &csv)?;
     collective::plot(&r, &svg)?;
+    let st_csv = out.join(format!("collective-storage{suffix}.csv"));
+    let st_svg = out.join(format!("collective-storage{suffix}.svg"));
+    let mut files = vec![csv.clone(), svg.clone()];
+    if collective::storage::plot(&r, &st_svg)? {
+        write_csv(&collective::storage::csv(&r), &st_csv)?;
+        files.extend([st_csv, st_svg]);
+    }
     print!("{}", render(&r));
     print!("\n{}", render_checks(&checks::collective(&r)));
-    print!("{}", files_line(&[&csv, &svg]));
+    let files: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    print!("{}", files_line(&files));
     println!("wall time: {:.1} s\n", r.wall_s);
     Ok(r.rows
         .iter()

@@ -70,6 +70,9 @@ pub struct Client {
     pub chained: bool,
     /// Work requests of stream 0 allowed so far when `chained`.
     post_limit: u32,
+    /// The server's number for stream 0 (its [`NodeHost::server_streams_from`]); this
+    /// client's own streams are 1, 2, ...
+    remote_streams_from: u32,
 }
 
 impl Client {
@@ -105,6 +108,8 @@ pub struct Server {
     /// Zero each receive buffer's bytes once checked (a soak's rounds send the same patterns
     /// again: a receive that completes without its data placed then shows zeros).
     pub scrub_receives: bool,
+    /// This role's number for stream 0 (see [`NodeHost::set_server_streams_from`]).
+    first_stream: u32,
 }
 
 #[derive(Debug)]
@@ -149,6 +154,9 @@ pub struct NodeHost {
     /// The engine's deadline as last reported by `poll_timeout` (the simulator asks after
     /// every input, so it is current whenever the host's timer fires).
     ep_deadline: Option<u64>,
+    /// The server role numbers its streams from here (see
+    /// [`NodeHost::set_server_streams_from`]).
+    server_streams_from: u32,
     buf: Vec<u8>,
 }
 
@@ -201,6 +209,7 @@ impl NodeHost {
             conn_roles: HashMap::new(),
             waiting: Vec::new(),
             ep_deadline: None,
+            server_streams_from: 1,
             buf: vec![0; 65_536 + 256],
         }
     }
@@ -234,6 +243,23 @@ impl NodeHost {
                 self.conn_roles.insert(conn, ConnRole::Server);
             }
         }
+    }
+
+    /// Number the server role's streams `first`, `first + 1`, ... instead of 1, 2, ... (the
+    /// clients' own streams stay 1, 2, ...). A RoCEv2 engine keys its QPs by (peer, QPN)
+    /// and the harness opens a connection per role, so a host that is both the client and
+    /// the server of the same peer (all-to-all: one QP per ordered host pair) needs its
+    /// server QPs numbered apart from its client QPs, or the second `create_stream` fails
+    /// with `StreamExists`. Call before [`NodeHost::make_server`]; clients started later
+    /// through [`crate::multi::start_flows`] learn it. Opt-in: it changes the QPNs and so
+    /// the UDP source ports a RoCEv2 responder sends from.
+    pub fn set_server_streams_from(&mut self, first: u32) {
+        self.server_streams_from = first.max(1);
+    }
+
+    /// The number of the server role's stream 0 (1 unless set otherwise).
+    pub fn server_streams_from(&self) -> u32 {
+        self.server_streams_from
     }
 
     /// Make this host the workload's server; returns the keys the client needs.
@@ -293,6 +319,7 @@ impl NodeHost {
             recvs_done: 0,
             conns: Vec::new(),
             scrub_receives: false,
+            first_stream: self.server_streams_from,
         }));
         keys
     }
@@ -318,6 +345,20 @@ impl NodeHost {
         spec: &WorkloadSpec,
         peer: [u8; 4],
         keys: ServerKeys,
+        now: u64,
+        start_at: u64,
+    ) -> usize {
+        self.start_client_to(spec, peer, keys, 1, now, start_at)
+    }
+
+    /// Like [`NodeHost::start_client_at`], towards a server whose streams are numbered from
+    /// `remote_first` (its [`NodeHost::server_streams_from`]).
+    pub fn start_client_to(
+        &mut self,
+        spec: &WorkloadSpec,
+        peer: [u8; 4],
+        keys: ServerKeys,
+        remote_first: u32,
         now: u64,
         start_at: u64,
     ) -> usize {
@@ -361,6 +402,7 @@ impl NodeHost {
             atomic_lane: 0,
             chained: false,
             post_limit: u32::MAX,
+            remote_streams_from: remote_first,
         });
         idx
     }
@@ -431,7 +473,8 @@ impl NodeHost {
                     Some(ConnRole::Client(idx)) => {
                         let cl = &self.clients[idx];
                         for s in 0..cl.spec.streams {
-                            if let Err(e) = self.ep.create_stream(conn, s + 1, s + 1, CLIENT_PD) {
+                            let remote = cl.remote_streams_from + s;
+                            if let Err(e) = self.ep.create_stream(conn, s + 1, remote, CLIENT_PD) {
                                 self.errors.push(format!("create_stream: {e}"));
                             }
                         }
@@ -505,7 +548,10 @@ impl NodeHost {
             },
         );
         for s in 0..sv.spec.streams {
-            if let Err(e) = self.ep.create_stream(conn, s + 1, s + 1, SERVER_PD) {
+            if let Err(e) = self
+                .ep
+                .create_stream(conn, sv.first_stream + s, s + 1, SERVER_PD)
+            {
                 self.errors.push(format!("create_stream: {e}"));
             }
             for _ in 0..sv.spec.recv_depth {
@@ -540,7 +586,7 @@ impl NodeHost {
             .into_iter()
             .collect(),
         };
-        if let Err(e) = ep.post_recv(conn, s + 1, wr) {
+        if let Err(e) = ep.post_recv(conn, sv.first_stream + s, wr) {
             errors.push(format!("post_recv: {e}"));
         }
     }

@@ -48,20 +48,18 @@ pub fn start_flows(sim: &mut Sim<NodeHost>, flows: &[Flow]) -> Vec<FlowHandle> {
     for (server, idxs) in &by_server {
         let spec = &flows[idxs[0]].workload;
         let clients: Vec<[u8; 4]> = idxs.iter().map(|&i| sim.host_ip(flows[i].client)).collect();
-        let k = sim.host_mut(*server).make_server_for(spec, &clients);
-        keys.insert(*server, k);
+        let host = sim.host_mut(*server);
+        let k = host.make_server_for(spec, &clients);
+        keys.insert(*server, (k, host.server_streams_from()));
         sim.wake(*server);
     }
     let mut handles = Vec::with_capacity(flows.len());
     for f in flows {
         let sip = sim.host_ip(f.server);
-        let index = sim.host_mut(f.client).start_client_at(
-            &f.workload,
-            sip,
-            keys[&f.server],
-            now,
-            f.start_at,
-        );
+        let (k, first) = keys[&f.server];
+        let index =
+            sim.host_mut(f.client)
+                .start_client_to(&f.workload, sip, k, first, now, f.start_at);
         handles.push(FlowHandle {
             client: f.client,
             index,
@@ -167,4 +165,65 @@ pub fn all_errors(sim: &Sim<NodeHost>) -> Vec<String> {
         }
     }
     errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::OpKind;
+    use ferroce_sim::topology::{self, TopologyConfig};
+    use ferroce_transport::roce::{RoceConfig, RoceEndpoint};
+
+    /// A RoCEv2 all-to-all, one QP per ordered host pair: every host is the client and the
+    /// server of every other. With the server streams numbered apart from the client
+    /// streams every pair's data arrives; with both numbered 1 (the default) each host's
+    /// second role towards a peer fails to create its QP (`StreamExists`) and no pair runs.
+    #[test]
+    fn rocev2_all_to_all_delivers_every_pair() {
+        let n = 4usize;
+        let mut sim = topology::star(&TopologyConfig::default(), n).build_with(|_, ip| {
+            NodeHost::with_engine(ip, Box::new(RoceEndpoint::new(RoceConfig::new(ip.into()))))
+        });
+        for i in 0..n as u32 {
+            sim.host_mut(HostId(i)).set_server_streams_from(0x100);
+        }
+        let messages = 6;
+        let w = WorkloadSpec {
+            streams: 1,
+            messages,
+            sizes: vec![3000, 5000],
+            ops: vec![OpKind::WriteImm, OpKind::Write],
+            depth: 2,
+            recv_depth: 4,
+            seed: 1,
+            max_write_slots: 0,
+        };
+        let flows: Vec<Flow> = (0..n)
+            .flat_map(|i| {
+                let w = w.clone();
+                (1..n).map(move |d| Flow {
+                    client: HostId(i as u32),
+                    server: HostId(((i + d) % n) as u32),
+                    workload: w.clone(),
+                    start_at: 0,
+                })
+            })
+            .collect();
+        let h = start_flows(&mut sim, &flows);
+        assert!(
+            run_flows(&mut sim, &h, 5_000_000, 10_000),
+            "all-to-all stuck"
+        );
+        assert_eq!(all_errors(&sim), Vec::<String>::new());
+        let imm_per_client = w.consuming(0).len() as u64;
+        for i in 0..n as u32 {
+            let host = sim.host(HostId(i));
+            let sv = host.server().expect("every host serves");
+            // Every other host's WRITE_WITH_IMMs arrived here, checked byte by byte.
+            assert_eq!(sv.recvs_done, (n as u64 - 1) * imm_per_client, "host {i}");
+            for cl in &host.clients {
+                assert_eq!(cl.completed_ok(), messages as u64, "host {i} → {}", cl.peer);
+            }
+        }
+    }
 }
