@@ -356,7 +356,7 @@ pub struct Connection {
     pilot_path: u8,
     pilot_sent_at: Option<u64>,
     /// This end has no other connection open, so only this connection's peer can send to it:
-    /// its OPEN / OPEN_ACK carry SOLE (spec/transport.md §5.8, COLD-5). Set by the endpoint.
+    /// its OPEN / OPEN_ACK carry SOLE (spec/transport.md §5.8, COLD-4). Set by the endpoint.
     pub(crate) sole_here: bool,
     /// An OPEN or OPEN_ACK with SOLE went out since the last withdrawal.
     sole_sent: bool,
