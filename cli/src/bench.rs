@@ -175,7 +175,7 @@ fn render_loss(r: &LossReport, verbose: bool) -> String {
         r.best_roce(0.0),
     ) {
         out.push_str(&format!(
-            "lossless: native (8 paths) / RoCEv2 = {v:.4} ({:.2} / {:.2} Gb/s); the per-packet headers alone allow {:.4} (native WRITE header 52 B on every packet, RoCEv2 BTH + ICRC 16 B and a RETH per message); native also starts one cold-start round trip later and at share_target for active_timeout after it joins\n",
+            "lossless: native (8 paths) / RoCEv2 = {v:.4} ({:.2} / {:.2} Gb/s); the per-packet headers alone allow {:.4} (native WRITE header 52 B on every packet, RoCEv2 BTH + ICRC 16 B and a RETH per message); native starts at line rate at once (its receiver has no other connection: SOLE, spec/transport.md COLD-5)\n",
             n.goodput_gbps,
             rc.goodput_gbps,
             r.header_ceiling()

@@ -293,11 +293,13 @@ fn a_repaired_plane_is_taken_up_within_10_rtts_on_seeds_1_to_8() {
 /// target (it was paced at 0.97 of line rate: 93.4 Gb/s against RoCEv2's 97.5, 0.958); once
 /// its hint is the line rate it moves exactly what its headers allow. The per-packet headers
 /// (native WRITE 52 B on every packet, RoCEv2 16 B and a RETH per message) allow 0.9917
-/// (`LossReport::header_ceiling`), and the cold-start round trip before the first paced
-/// packet costs another 0.3 % of the full run and 0.7 % of this quick one, so the quick run
-/// reaches 0.985; the bound is 0.98 on every seed 1–8, and the ceiling is checked too.
+/// (`LossReport::header_ceiling`). The cold-start round trip before the first paced packet
+/// cost another 0.3 % of the full run and 0.7 % of this quick one (0.985) until the receiver,
+/// having no other connection, said SOLE in its OPEN_ACK (spec/transport.md COLD-4, COLD-5):
+/// now the flow starts at line rate at once, 0.9909 quick. The bound is 0.99 on every seed
+/// 1–8 (it fails with `EndpointConfig::sole_grant` off), and the ceiling is checked too.
 #[test]
-fn a_lone_flow_on_a_clean_fabric_is_within_2_percent_of_rocev2_on_seeds_1_to_8() {
+fn a_lone_flow_on_a_clean_fabric_is_within_1_percent_of_rocev2_on_seeds_1_to_8() {
     let mut bad = Vec::new();
     for seed in 1..=8 {
         let mut lc = LossConfig::new(Opts { seed, ..QUICK });
@@ -310,9 +312,9 @@ fn a_lone_flow_on_a_clean_fabric_is_within_2_percent_of_rocev2_on_seeds_1_to_8()
             "headers allow {ceiling:.4} with 4096-byte packets"
         );
         match lr.native_over_roce_lossless() {
-            Some(v) if v >= 0.98 => eprintln!("seed {seed}: native / RoCEv2 lossless {v:.4}"),
+            Some(v) if v >= 0.99 => eprintln!("seed {seed}: native / RoCEv2 lossless {v:.4}"),
             v => bad.push(format!(
-                "seed {seed}: native / RoCEv2 lossless {v:?} (needs >= 0.98)"
+                "seed {seed}: native / RoCEv2 lossless {v:?} (needs >= 0.99)"
             )),
         }
     }

@@ -34,6 +34,11 @@ pub struct EndpointConfig {
     pub active_timeout_ns: u64,
     /// Whether ACKs carry the receiver's fair-share hint.
     pub rate_hints: bool,
+    /// Grant a line-rate start: while this endpoint has exactly one connection, its OPEN /
+    /// OPEN_ACK say SOLE and the peer's cold start goes at line rate at once (no hint request,
+    /// no pilot), as nothing else can send to this endpoint (spec/transport.md §5.8, COLD-5).
+    /// Needs `rate_hints`.
+    pub sole_grant: bool,
     /// NIC ports of this host, one per fabric plane: path i starts on plane i mod
     /// `nic_ports` and a failed path moves to the next plane.
     pub nic_ports: u8,
@@ -60,6 +65,7 @@ impl Default for EndpointConfig {
             full_rate_alone: true,
             active_timeout_ns: 80_000,
             rate_hints: true,
+            sole_grant: true,
             nic_ports: 1,
             id_shards: 1,
             id_shard: 0,

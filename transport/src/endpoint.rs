@@ -116,6 +116,7 @@ impl Endpoint {
         let seed = splitmix64(self.cfg.seed ^ id as u64);
         let mut c = Connection::new(ConnId(id), peer, 0, cc, self.cfg.line_rate_mbps, seed);
         c.set_nic_ports(self.cfg.nic_ports);
+        c.sole_here = self.note_new_conn();
         self.conns.insert(id, c);
         self.touch(id);
         ConnId(id)
@@ -328,7 +329,7 @@ impl Endpoint {
         }
         if pkt.dst_conn == 0 {
             if let Body::Open(o) = pkt.body {
-                self.on_open(src, &o);
+                self.on_open(src, &o, pkt.flags);
             } else {
                 self.counters.drop_unknown_conn += 1;
             }
@@ -353,7 +354,27 @@ impl Endpoint {
         self.touch(id);
     }
 
-    fn on_open(&mut self, src: Ipv4Addr, o: &crate::wire::OpenRepr) {
+    /// A connection is about to be added: whether it will be the only one (its OPEN or
+    /// OPEN_ACK then says SOLE, spec/transport.md §5.8); a second one withdraws the first's
+    /// SOLE. Only with rate hints on: SOLE is the line-rate hint given before any data.
+    fn note_new_conn(&mut self) -> bool {
+        if self.conns.len() == 1 {
+            let first = self.conns.values_mut().next().map(|c| {
+                c.withdraw_sole();
+                c.id.0
+            });
+            if let Some(id) = first {
+                self.touch(id);
+            }
+        }
+        // Endpoints sharing a host (one per lcore) do not see each other's connections.
+        self.conns.is_empty()
+            && self.cfg.rate_hints
+            && self.cfg.sole_grant
+            && self.cfg.id_shards <= 1
+    }
+
+    fn on_open(&mut self, src: Ipv4Addr, o: &crate::wire::OpenRepr, flags: u8) {
         if let Some(&id) = self.by_peer.get(&(src, o.src_conn)) {
             if let Some(c) = self.conns.get_mut(&id) {
                 c.queue_open_ack();
@@ -383,6 +404,8 @@ impl Endpoint {
         );
         c.set_nic_ports(self.cfg.nic_ports);
         c.establish(o);
+        c.set_peer_sole(flags & crate::wire::flags::SOLE != 0);
+        c.sole_here = self.note_new_conn();
         c.queue_open_ack();
         self.conns.insert(id, c);
         self.by_peer.insert((src, o.src_conn), id);

@@ -130,6 +130,12 @@ impl Pair {
     }
 }
 
+/// A receiver shared with other connections: its OPEN_ACK does not say SOLE, so the cold
+/// start runs (these tests are about that cold start).
+fn shared(c: &mut EndpointConfig) {
+    c.sole_grant = false;
+}
+
 fn opcode(d: &Dgram) -> (Opcode, u8) {
     let p = Packet::parse(&d.2).expect("valid packet");
     (p.opcode(), p.flags)
@@ -138,7 +144,7 @@ fn opcode(d: &Dgram) -> (Opcode, u8) {
 // checks: [COLD-1] [COLD-2]
 #[test]
 fn a_cold_sender_sends_its_request_and_one_pilot_then_waits() {
-    let (mut p, t0) = Pair::new(|_| {});
+    let (mut p, t0) = Pair::new(shared);
     p.write();
     let hold = ConnConfig::default().hint_hold_ns;
     let spread = ConnConfig::default().pilot_spread_ns;
@@ -198,7 +204,7 @@ fn a_cold_sender_sends_its_request_and_one_pilot_then_waits() {
 fn after_the_answer_the_next_packet_keeps_one_gap_from_the_pilots_arrival() {
     // A receiver shared by others: the hint gives this sender 1 Gbit/s, a gap of ~33.7 µs
     // per 4 KiB packet, far longer than the RTT here.
-    let (mut p, t0) = Pair::new(|_| {});
+    let (mut p, t0) = Pair::new(shared);
     p.write();
     let sent = p.a_alone(t0, t0 + 20_000);
     assert_eq!(sent.len(), 2);
@@ -292,4 +298,55 @@ fn after_the_answer_the_next_packet_keeps_one_gap_from_the_pilots_arrival() {
         first_data - pilot_at,
         want - pilot_at
     );
+}
+
+// checks: [COLD-5]
+#[test]
+fn a_sole_peer_lets_a_cold_sender_start_at_line_rate() {
+    // B has no other connection: its OPEN_ACK said SOLE, so A's first WRITE goes at once,
+    // at line rate: no hint request, no pilot waiting for an answer.
+    let (mut p, t0) = Pair::new(|_| {});
+    p.write();
+    let sent = p.a_alone(t0, t0 + 5_000);
+    let ops: Vec<(Opcode, u8)> = sent.iter().map(|(_, d)| opcode(d)).collect();
+    assert!(
+        !ops.iter().any(|&(o, _)| o == Opcode::Probe),
+        "no hint request: {ops:?}"
+    );
+    assert_eq!(sent[0].0, t0, "the first packet goes at once");
+    let writes = ops.iter().filter(|&&(o, _)| o == Opcode::Write).count();
+    // 100 Gbit/s: a 4 KiB packet every ~0.34 µs, ~14 in 5 µs.
+    assert!(
+        writes >= 12,
+        "line rate before any ACK: {writes} packets in 5 µs"
+    );
+}
+
+// checks: [COLD-4] [COLD-5]
+#[test]
+fn a_second_connection_withdraws_sole() {
+    // B opens a second connection (to C): it withdraws A's SOLE with a repeated OPEN_ACK,
+    // and A's next cold start asks for the hint again.
+    const C: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+    let (mut p, mut now) = Pair::new(|_| {});
+    p.b.connect(C);
+    let mut to_a = 0;
+    while let Some(t) = p.b.poll_transmit(now, &mut p.buf, &mut p.mb) {
+        if t.dst == A {
+            to_a += 1;
+            let d = p.buf[..t.len].to_vec();
+            let pkt = Packet::parse(&d).unwrap();
+            assert!(matches!(pkt.body, Body::OpenAck(_)), "{pkt:?}");
+            assert_eq!(pkt.flags & flags::SOLE, 0, "the repeat says no SOLE");
+            p.a.handle_datagram(now, B, t.src_port, false, &d, &mut p.ma);
+        }
+    }
+    assert_eq!(to_a, 1, "one OPEN_ACK withdraws SOLE");
+    now += 1_000;
+    p.write();
+    let sent = p.a_alone(now, now + 5_000);
+    let ops: Vec<(Opcode, u8)> = sent.iter().map(|(_, d)| opcode(d)).collect();
+    assert_eq!(ops[0].0, Opcode::Probe, "a hint request first: {ops:?}");
+    assert_ne!(ops[0].1 & flags::BACKLOG, 0);
+    assert!(ops.len() <= 2, "request and pilot only: {ops:?}");
 }

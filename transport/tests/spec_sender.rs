@@ -12,7 +12,8 @@ use ferroce_transport::*;
 // checks: [PATH-3] [PATH-4]
 #[test]
 fn a_path_made_suspect_by_an_rto_sends_one_probe_then_fails_and_probe_seq_starts_at_one() {
-    let mut p = Pair::new();
+    // A receiver shared with others (no SOLE, COLD-4): the cold start's hint request runs.
+    let mut p = Pair::with(|c| c.sole_grant = false);
     let rkey = p.mb.register(1, DST, 4096, access::REMOTE_WRITE);
     let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
     let op = SendOp::Write {

@@ -107,9 +107,13 @@ fn case_open(env: &Env) -> Result<Verdict, Fail> {
         "mtu >= 64 and paths >= 1",
         || r.describe(),
     )?;
-    check("WIRE-14", fl == 0, "OPEN_ACK flags 0", || {
-        format!("{fl:#04x}")
-    })?;
+    // SOLE is defined on OPEN_ACK (COLD-4): a target with no other connection sets it.
+    check(
+        "WIRE-14",
+        fl & !flags::SOLE == 0,
+        "OPEN_ACK flags 0 (SOLE allowed)",
+        || format!("{fl:#04x}"),
+    )?;
     check(
         "WIRE-27",
         r.raw[13] == 0,

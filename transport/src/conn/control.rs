@@ -42,6 +42,21 @@ impl Connection {
         }
     }
 
+    /// The peer's SOLE flag as its OPEN carried it (the accepting side).
+    pub(crate) fn set_peer_sole(&mut self, sole: bool) {
+        self.peer_sole = sole;
+    }
+
+    /// This end opened a second connection: withdraw SOLE with a repeated OPEN_ACK.
+    pub(crate) fn withdraw_sole(&mut self) {
+        self.sole_here = false;
+        // Still opening: the withdrawal goes once the peer's OPEN_ACK is in (`sole_sent`).
+        if self.sole_sent && self.state != ConnState::Opening {
+            self.sole_sent = false;
+            self.ctrl_queue.push_back(Ctrl::OpenAck);
+        }
+    }
+
     pub(crate) fn queue_open_ack(&mut self) {
         self.ctrl_queue.push_back(Ctrl::OpenAck);
     }
@@ -177,12 +192,14 @@ impl Connection {
                 .map_or_else(|| self.own_port(path), |p| p.plane),
             _ => self.own_port(path),
         };
+        let flags = match c {
+            Ctrl::HintRequest(_) => flags::BACKLOG,
+            Ctrl::Open | Ctrl::OpenAck if self.sole_here => flags::SOLE,
+            _ => 0,
+        };
+        self.sole_sent |= flags == flags::SOLE && matches!(c, Ctrl::Open | Ctrl::OpenAck);
         let pkt = Packet {
-            flags: if matches!(c, Ctrl::HintRequest(_)) {
-                flags::BACKLOG
-            } else {
-                0
-            },
+            flags,
             path,
             dst_conn: dst,
             body,

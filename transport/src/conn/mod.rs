@@ -344,7 +344,8 @@ pub struct Connection {
     /// The next packet starts a new paced run (after idling or being held by a window or a
     /// NIC port): it gets no catch-up credit.
     pace_fresh: bool,
-    /// When the last ACK arrived (0: never), for the cold-start rule.
+    /// When the last ACK arrived (0: never), or a SOLE peer's line-rate start, for the
+    /// cold-start rule.
     last_ack_at: u64,
     /// Outstanding cold-start hint request, and how many were sent without an answer.
     hint_req_at: Option<u64>,
@@ -354,6 +355,14 @@ pub struct Connection {
     pilot_at: Option<u64>,
     pilot_path: u8,
     pilot_sent_at: Option<u64>,
+    /// This end has no other connection open, so only this connection's peer can send to it:
+    /// its OPEN / OPEN_ACK carry SOLE (spec/transport.md §5.8, COLD-4). Set by the endpoint.
+    pub(crate) sole_here: bool,
+    /// An OPEN or OPEN_ACK with SOLE went out since the last withdrawal.
+    sole_sent: bool,
+    /// The peer said SOLE and has not withdrawn it: a cold start goes at line rate at once,
+    /// without hint request or pilot (no other sender can share the peer's inbound link).
+    peer_sole: bool,
     /// Payload bytes of ORDERED packets held for their turn (§7.2), all streams.
     held_bytes: u64,
     /// An ACK_REQ went out and no ACK has come back since.
@@ -549,6 +558,9 @@ impl Connection {
             pilot_at: None,
             pilot_path: 0,
             pilot_sent_at: None,
+            sole_here: false,
+            sole_sent: false,
+            peer_sole: false,
             counters: ConnCounters::default(),
             completions: VecDeque::new(),
             events: VecDeque::new(),
@@ -758,8 +770,19 @@ impl Connection {
             Body::AckMulti(m) => self.on_ack_multi(now, m),
             Body::Nack(n) => self.on_nack(now, pkt.path, n),
             Body::OpenAck(o) => {
+                // After establishment an OPEN_ACK can only withdraw SOLE (a late duplicate
+                // must not restore a grant its sender has since taken back).
+                if pkt.flags & flags::SOLE == 0 {
+                    self.peer_sole = false;
+                }
                 if self.state == ConnState::Opening {
                     self.establish(o);
+                    self.peer_sole = pkt.flags & flags::SOLE != 0;
+                    if self.sole_sent && !self.sole_here {
+                        // SOLE was withdrawn while the OPEN was out: say so now.
+                        self.sole_sent = false;
+                        self.ctrl_queue.push_back(Ctrl::OpenAck);
+                    }
                     self.ctrl_at = None;
                     self.ctrl_tries = 0; // CLOSE gets its own tries
                     self.ctrl_queue.retain(|c| !matches!(c, Ctrl::Open));

@@ -190,8 +190,16 @@ impl Connection {
         // Cold start: with no ACK heard (or none for `cold_after`), ask the receiver for its
         // fair-share hint with a small PROBE and send data once its ACK arrives. N senders
         // starting together then put N tiny probes, not N windows, into the receiver's queue.
-        let cold =
+        let mut cold =
             self.last_ack_at == 0 || now.saturating_sub(self.last_ack_at) > self.cfg.cold_after_ns;
+        if cold && self.peer_sole && self.hint_req_at.is_none() && self.has_unsent() {
+            // The peer has no other connection (SOLE, §5.8 COLD-5): nothing can share its
+            // inbound link, so its hint would be the line rate: start there now (and count
+            // as warm, as after an ACK, until `cold_after` passes without one).
+            self.apply_hint(self.line_rate_mbps);
+            self.last_ack_at = now.max(1);
+            cold = false;
+        }
         let waiting = self
             .hint_req_at
             .is_some_and(|t| now < t + self.cfg.initial_rto_ns);

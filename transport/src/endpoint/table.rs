@@ -22,6 +22,14 @@ impl ConnTable {
         self.index.contains_key(id)
     }
 
+    pub(super) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
     pub(super) fn get(&self, id: &u32) -> Option<&Connection> {
         let s = *self.index.get(id)?;
         self.slots.get(s as usize)?.as_deref()

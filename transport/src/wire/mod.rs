@@ -50,6 +50,9 @@ pub mod flags {
     /// The sending connection has more data queued than its window lets out (demand signal
     /// for the receiver's fair-share allocation).
     pub const BACKLOG: u8 = 0x10;
+    /// OPEN and OPEN_ACK (the same bit as BACKLOG): the sender has no other connection open,
+    /// so the peer may start at line rate without a cold start (spec/transport.md §5.8).
+    pub const SOLE: u8 = 0x10;
     /// WRITE / WRITE_IMM: the message's target overlaps an earlier request of its stream the
     /// requester has not completed, so the responder places it only once every earlier
     /// message of the stream is complete (spec/transport.md §7.2).
