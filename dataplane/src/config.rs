@@ -129,6 +129,9 @@ pub struct TransportSection {
     /// Connections accepted at most, in total and from one address (spec/security.md §3.1).
     pub max_accepted: u32,
     pub max_accepted_per_peer: u32,
+    /// Tell a lone peer it may start at line rate (spec/transport.md COLD-4). Turn it off
+    /// when several engines share one physical link (e.g. one per process on VFs of a NIC).
+    pub sole_grant: bool,
 }
 
 impl Default for TransportSection {
@@ -147,6 +150,7 @@ impl Default for TransportSection {
             pace_quantum_ns: ferroce_transport::ENGINE_PACE_QUANTUM_NS,
             max_accepted: 65_536,
             max_accepted_per_peer: 65_536,
+            sole_grant: true,
         }
     }
 }
@@ -656,6 +660,7 @@ impl Config {
             seed: t.seed,
             max_accepted: t.max_accepted,
             max_accepted_per_peer: t.max_accepted_per_peer,
+            sole_grant: t.sole_grant,
             ..Default::default()
         };
         c.conn.paths = t.paths;
@@ -679,6 +684,15 @@ mod tests {
 
     fn base() -> String {
         "[net]\naddress = \"198.18.1.11\"\n[port]\nvdev = \"net_ring0\"\n".to_string()
+    }
+
+    #[test]
+    fn sole_grant_reaches_the_endpoint_and_can_be_turned_off() {
+        let on = Config::from_toml(&base(), "x.toml").unwrap();
+        assert!(on.endpoint_config().sole_grant);
+        let off =
+            Config::from_toml(&(base() + "[transport]\nsole_grant = false\n"), "x.toml").unwrap();
+        assert!(!off.endpoint_config().sole_grant);
     }
 
     #[test]
