@@ -316,19 +316,7 @@ pub fn flows(cfg: &CollectiveConfig, pattern: Pattern, n: usize, s: u64) -> Vec<
                 max_write_slots: 4,
                 ..WorkloadSpec::bulk_write(1, msgs, msg as u32)
             };
-            (0..n)
-                .flat_map(|i| {
-                    let w = w.clone();
-                    // Host i's sends in the order i+1, i+2, ...: every host starts on a
-                    // different peer, as collective libraries schedule them.
-                    (1..n).map(move |d| Flow {
-                        client: HostId(i as u32),
-                        server: HostId(((i + d) % n) as u32),
-                        workload: w.clone(),
-                        start_at: T0,
-                    })
-                })
-                .collect()
+            multi::all_to_all_flows(n, &w, T0)
         }
         Pattern::Ring => {
             let chunk = ring_chunk(s, n as u64) as u32;

@@ -76,6 +76,21 @@ pub fn start_flows(sim: &mut Sim<NodeHost>, flows: &[Flow]) -> Vec<FlowHandle> {
 }
 
 /// Whether every flow has seen all its work requests complete.
+/// All-to-all among hosts `0..n`: host i runs `w` towards i+1, i+2, … in that order (every
+/// host starts on a different peer, as collective libraries schedule them), all at `start_at`.
+pub fn all_to_all_flows(n: usize, w: &WorkloadSpec, start_at: u64) -> Vec<Flow> {
+    (0..n)
+        .flat_map(|i| {
+            (1..n).map(move |d| Flow {
+                client: HostId(i as u32),
+                server: HostId(((i + d) % n) as u32),
+                workload: w.clone(),
+                start_at,
+            })
+        })
+        .collect()
+}
+
 pub fn all_done(sim: &Sim<NodeHost>, handles: &[FlowHandle]) -> bool {
     handles.iter().all(|h| h.state(sim).done())
 }
@@ -198,17 +213,7 @@ mod tests {
             seed: 1,
             max_write_slots: 0,
         };
-        let flows: Vec<Flow> = (0..n)
-            .flat_map(|i| {
-                let w = w.clone();
-                (1..n).map(move |d| Flow {
-                    client: HostId(i as u32),
-                    server: HostId(((i + d) % n) as u32),
-                    workload: w.clone(),
-                    start_at: 0,
-                })
-            })
-            .collect();
+        let flows = all_to_all_flows(n, &w, 0);
         let h = start_flows(&mut sim, &flows);
         assert!(
             run_flows(&mut sim, &h, 5_000_000, 10_000),
