@@ -271,7 +271,11 @@ fn run(a: &Args) -> Result<Vec<BenchRow>, String> {
     let mut lcore_lines = Vec::new();
     for pmd in &a.pmds {
         for &p in &a.payloads {
-            let frame = net::HDRS_LEN + DATA_OVERHEAD + p as usize;
+            // The transport cuts a payload past the MTU into MTU-sized packets: the raw loop
+            // sends frames the size of the largest of them (a bigger frame fits no mbuf).
+            let frame = net::HDRS_LEN
+                + DATA_OVERHEAD
+                + (p as usize).min(engine::payload_mtu(1500) as usize);
             let mk = |k: &mut u32| -> Result<(Port, Port), String> {
                 *k += 1;
                 if pmd == "ring" {
