@@ -75,7 +75,6 @@ pub fn start_flows(sim: &mut Sim<NodeHost>, flows: &[Flow]) -> Vec<FlowHandle> {
     handles
 }
 
-/// Whether every flow has seen all its work requests complete.
 /// All-to-all among hosts `0..n`: host i runs `w` towards i+1, i+2, … in that order (every
 /// host starts on a different peer, as collective libraries schedule them), all at `start_at`.
 pub fn all_to_all_flows(n: usize, w: &WorkloadSpec, start_at: u64) -> Vec<Flow> {
@@ -91,6 +90,7 @@ pub fn all_to_all_flows(n: usize, w: &WorkloadSpec, start_at: u64) -> Vec<Flow> 
         .collect()
 }
 
+/// Whether every flow has seen all its work requests complete.
 pub fn all_done(sim: &Sim<NodeHost>, handles: &[FlowHandle]) -> bool {
     handles.iter().all(|h| h.state(sim).done())
 }
