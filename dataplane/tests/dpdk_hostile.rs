@@ -198,6 +198,18 @@ interval_ms = 20
             _ => None,
         })
         .collect();
+    // The first connection accepted was the endpoint's only one, so its OPEN_ACK said SOLE
+    // if it left before the second OPEN arrived; then the second withdrew it with a repeated
+    // OPEN_ACK (spec/transport.md COLD-4). At most that one connection is answered twice.
+    let answers = accepted.len();
+    let mut accepted = accepted;
+    accepted.sort_unstable();
+    accepted.dedup();
+    assert!(
+        answers - accepted.len() <= 1,
+        "OPEN_ACKs: {answers} for {} connections (one repeat at most, the SOLE withdrawal)",
+        accepted.len()
+    );
     // 2. ACKs for PSNs never sent, on every connection it accepted.
     let bogus: Vec<String> = accepted.iter().map(|&id| emit(id, ack(5000))).collect();
     socket_send(&veth.ns[0], &bogus, 0.3);
