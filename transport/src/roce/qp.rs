@@ -379,6 +379,19 @@ impl Qp {
     }
 
     fn recv_completion(&self, ctx: &mut Ctx, wr_id: u64, status: Status, op: CompletionOp) {
+        self.recv_completion_with(ctx, wr_id, status, op, 0, None);
+    }
+
+    /// A receive completion that carries the bytes placed and an immediate.
+    fn recv_completion_with(
+        &self,
+        ctx: &mut Ctx,
+        wr_id: u64,
+        status: Status,
+        op: CompletionOp,
+        byte_len: u32,
+        imm: Option<u32>,
+    ) {
         if status == Status::Success {
             ctx.counters.completions_ok += 1;
         } else {
@@ -390,8 +403,8 @@ impl Qp {
             wr_id,
             status,
             op,
-            byte_len: 0,
-            imm: None,
+            byte_len,
+            imm,
             ud_src: None,
         });
     }

@@ -191,17 +191,14 @@ impl Qp {
             return;
         }
         if let InMsg::Send { wqe, offset } = std::mem::replace(&mut self.resp.in_msg, InMsg::None) {
-            ctx.counters.completions_ok += 1;
-            ctx.completions.push_back(Completion {
-                conn: self.conn,
-                stream: self.local_qpn,
-                wr_id: wqe.wr_id,
-                status: Status::Success,
-                op: CompletionOp::Recv,
-                byte_len: offset,
-                imm: pkt.ext.imm,
-                ud_src: None,
-            });
+            self.recv_completion_with(
+                ctx,
+                wqe.wr_id,
+                Status::Success,
+                CompletionOp::Recv,
+                offset,
+                pkt.ext.imm,
+            );
         }
         self.resp.msn = psn::add(self.resp.msn, 1);
     }
@@ -234,17 +231,14 @@ impl Qp {
         self.resp.in_msg = InMsg::None;
         if let Some(imm) = imm {
             if let Some(wqe) = self.resp.rq.pop_front() {
-                ctx.counters.completions_ok += 1;
-                ctx.completions.push_back(Completion {
-                    conn: self.conn,
-                    stream: self.local_qpn,
-                    wr_id: wqe.wr_id,
-                    status: Status::Success,
-                    op: CompletionOp::RecvWriteImm,
-                    byte_len: total,
-                    imm: Some(imm),
-                    ud_src: None,
-                });
+                self.recv_completion_with(
+                    ctx,
+                    wqe.wr_id,
+                    Status::Success,
+                    CompletionOp::RecvWriteImm,
+                    total,
+                    Some(imm),
+                );
             }
         }
         self.resp.msn = psn::add(self.resp.msn, 1);
