@@ -228,19 +228,27 @@ impl Qp {
         self.fix_cursor();
     }
 
+    /// A NAK at `p` acknowledges every PSN before it: retire what that completes; returns
+    /// whether that is an implicit NAK (a READ/ATOMIC before `p` still lacks its response;
+    /// counted).
+    fn ack_before(&mut self, ctx: &mut Ctx, p: u32) -> bool {
+        let (progress, implicit) = self.ack_through(ctx, psn::add(p, wire::PSN_MASK));
+        if progress {
+            self.on_progress(ctx);
+        }
+        if implicit {
+            ctx.counters.implicit_naks += 1;
+        }
+        implicit
+    }
+
     fn on_seq_nak(&mut self, ctx: &mut Ctx, p: u32) {
         if self.req.rnr_until.is_some() || !self.in_range(p, false, true) {
             ctx.counters.rx_stale_responses += 1;
             return;
         }
         if p != self.req.una {
-            let (progress, implicit) = self.ack_through(ctx, psn::add(p, wire::PSN_MASK));
-            if progress {
-                self.on_progress(ctx);
-            }
-            if implicit {
-                ctx.counters.implicit_naks += 1;
-            }
+            self.ack_before(ctx, p);
         }
         if self.state == QpState::Rts && psn::lt(self.req.una, self.req.hw_psn) {
             self.retry(ctx);
@@ -253,17 +261,10 @@ impl Qp {
             ctx.counters.rx_stale_responses += 1;
             return;
         }
-        if p != self.req.una {
-            let (progress, implicit) = self.ack_through(ctx, psn::add(p, wire::PSN_MASK));
-            if progress {
-                self.on_progress(ctx);
-            }
-            if implicit {
-                ctx.counters.implicit_naks += 1;
-                self.retry(ctx);
-                self.fix_cursor();
-                return;
-            }
+        if p != self.req.una && self.ack_before(ctx, p) {
+            self.retry(ctx);
+            self.fix_cursor();
+            return;
         }
         if self.req.rnr_left == 0 {
             let idx = self.req.sq.iter().position(|w| w.contains(p));
