@@ -717,3 +717,60 @@ fn a_dreq_in_time_wait_with_nothing_to_repeat_gets_a_drep() {
     assert_eq!(pump(&mut a, &mut b, t, &mut keep()), vec![CmAttr::Drep]);
     assert_eq!(b.events(), vec![RoceCmEvent::Disconnected { id: ib }]);
 }
+
+/// A process on its way out (the shim's CM lives in it) hastens its unanswered DREQs: the
+/// lost one is sent again within the given interval, not a response timeout later, and
+/// once the DREP is in nothing is outstanding (the process may go).
+#[test]
+fn an_exiting_process_resends_its_lost_dreq_within_the_hastened_interval() {
+    let (mut a, mut b, ia, ib) = connected();
+    b.cm().release(4, ib);
+    assert_eq!(
+        pump(&mut b, &mut a, 4, &mut drop_first(CmAttr::Dreq, 1)),
+        vec![CmAttr::Dreq]
+    );
+    assert!(a.events().is_empty());
+    let t = b.ep.poll_timeout().unwrap();
+    assert!(t >= 4 + rto(), "the normal wait is a response timeout");
+    const EVERY: u64 = 20_000_000;
+    assert_eq!(b.cm().hasten_disconnects(10, EVERY), 1);
+    assert_eq!(b.ep.poll_timeout(), Some(10 + EVERY));
+    fire(&mut b, 10 + EVERY);
+    assert_eq!(
+        pump(&mut b, &mut a, 10 + EVERY, &mut keep()),
+        vec![CmAttr::Dreq]
+    );
+    assert_eq!(a.events(), vec![RoceCmEvent::Disconnected { id: ia }]);
+    assert_eq!(
+        b.cm().hasten_disconnects(11 + EVERY, EVERY),
+        1,
+        "DREP not in yet"
+    );
+    assert_eq!(
+        pump(&mut a, &mut b, 11 + EVERY, &mut keep()),
+        vec![CmAttr::Drep]
+    );
+    assert_eq!(b.cm().hasten_disconnects(12 + EVERY, EVERY), 0);
+    assert_eq!(b.events(), vec![], "released: no event");
+}
+
+/// A process on its way out sends the DREPs it answered its peers' DREQs with once more: the
+/// first was lost, the repeat ends the peer's DREQ without its response-timeout retry.
+#[test]
+fn an_exiting_process_repeats_the_drep_it_answered_with() {
+    let (mut a, mut b, ia, ib) = connected();
+    a.cm().disconnect(4, ia, b"").unwrap();
+    assert_eq!(pump(&mut a, &mut b, 4, &mut keep()), vec![CmAttr::Dreq]);
+    assert_eq!(b.events(), vec![RoceCmEvent::Disconnected { id: ib }]);
+    assert_eq!(
+        pump(&mut b, &mut a, 4, &mut drop_first(CmAttr::Drep, 1)),
+        vec![CmAttr::Drep]
+    );
+    assert!(a.events().is_empty());
+    assert_eq!(b.cm().repeat_dreps(), 1);
+    assert_eq!(pump(&mut b, &mut a, 5, &mut keep()), vec![CmAttr::Drep]);
+    assert_eq!(a.events(), vec![RoceCmEvent::Disconnected { id: ia }]);
+    assert_eq!(a.cm().hasten_disconnects(6, 1), 0, "nothing outstanding");
+    // A's own end (no DREQ answered) has no DREP to repeat.
+    assert_eq!(a.cm().repeat_dreps(), 0);
+}

@@ -403,6 +403,20 @@ impl Transport for CmTransport {
     }
 }
 
+/// At exit: how many DREQs are unanswered, after asking the CM to retransmit them every
+/// `every` and, with `repeat_dreps`, to send its DREPs once more (state.rs,
+/// `last_context_closed`); 0 if the CM does not answer.
+pub fn hasten_disconnects(every: std::time::Duration, repeat_dreps: bool) -> usize {
+    let ns = every.as_nanos() as u64;
+    on_engine(move |cm, now| {
+        if repeat_dreps {
+            cm.repeat_dreps();
+        }
+        cm.hasten_disconnects(now, ns)
+    })
+    .unwrap_or(0)
+}
+
 /// Run `f` on the CM in the engine's thread and wait for its result (errno on failure).
 fn on_engine<R: Send + 'static>(
     f: impl FnOnce(&mut Cm, u64) -> R + Send + 'static,

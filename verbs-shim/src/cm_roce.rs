@@ -332,3 +332,20 @@ pub fn release(id: u32) -> c_int {
         Ok(())
     }))
 }
+
+/// At exit: how many DREQs are unanswered, after asking the CM to retransmit them every
+/// `every` and, with `repeat_dreps`, to send its DREPs once more (state.rs,
+/// `last_context_closed`); 0 if the CM does not answer.
+pub fn hasten_disconnects(every: Duration, repeat_dreps: bool) -> usize {
+    let ns = every.as_nanos() as u64;
+    on_engine(move |cm, now, _| {
+        if repeat_dreps {
+            let n = cm.repeat_dreps();
+            if n > 0 {
+                crate::state::dbg_log!("exit: DREP sent again to {n} peers");
+            }
+        }
+        cm.hasten_disconnects(now, ns)
+    })
+    .unwrap_or(0)
+}

@@ -177,6 +177,10 @@ struct Exchange {
     /// Released by the application while its DREQ is outstanding: the DREQ is still
     /// retransmitted, but no event is reported.
     quiet: bool,
+    /// Retransmit every this many ns instead of the backed-off RTO (`hasten_disconnects`).
+    hasten_ns: Option<u64>,
+    /// In time-wait after answering the peer's DREQ: `last` is that DREP.
+    drep: bool,
 }
 
 /// One host's connection manager.
@@ -300,6 +304,8 @@ impl Cm {
                 retries: 0,
                 deadline: Some(now + self.cfg.rto_ns),
                 quiet: false,
+                hasten_ns: None,
+                drep: false,
             },
         );
         Ok(CmId(id))
@@ -437,6 +443,39 @@ impl Cm {
         }
     }
 
+    /// The process is ending and this CM with it: every DREQ still unanswered is
+    /// retransmitted every `interval_ns` from now on instead of on its backed-off RTO, so
+    /// the DREP comes while someone is here to hear it. Returns how many DREQs are
+    /// outstanding (0: the process may go).
+    pub fn hasten_disconnects(&mut self, now: u64, interval_ns: u64) -> usize {
+        let mut n = 0;
+        for e in self.ex.values_mut().filter(|e| e.state == State::DreqSent) {
+            n += 1;
+            e.hasten_ns = Some(interval_ns);
+            let soon = now.saturating_add(interval_ns);
+            if e.deadline.is_none_or(|d| d > soon) {
+                e.deadline = Some(soon);
+            }
+        }
+        n
+    }
+
+    /// The process is ending: the DREPs it answered its peers' DREQs with are sent once
+    /// more (a lost one would leave the peer retrying its DREQ into a process that is
+    /// gone; a duplicate DREP is ignored). Returns how many went.
+    pub fn repeat_dreps(&mut self) -> usize {
+        let ids: Vec<u32> = self
+            .ex
+            .iter()
+            .filter(|(_, e)| e.drep && e.state == State::TimeWait)
+            .map(|(k, _)| *k)
+            .collect();
+        for &id in &ids {
+            self.resend_last(id);
+        }
+        ids.len()
+    }
+
     /// Whether `id` names a live exchange (not in time-wait).
     pub fn is_live(&self, id: CmId) -> bool {
         self.ex
@@ -527,7 +566,9 @@ impl Cm {
                 continue;
             }
             e.retries += 1;
-            let rto = (self.cfg.rto_ns << e.retries.min(20)).min(self.cfg.rto_max_ns);
+            let rto = e
+                .hasten_ns
+                .unwrap_or((self.cfg.rto_ns << e.retries.min(20)).min(self.cfg.rto_max_ns));
             e.deadline = Some(now + rto);
             if let Some(v) = e.last.clone() {
                 let peer = e.peer;
@@ -732,6 +773,9 @@ impl Cm {
                             private_data: m.private_data,
                         });
                         self.timewait(now, id, Some(last));
+                        if let Some(e) = self.ex.get_mut(&id) {
+                            e.drep = true;
+                        }
                     }
                     _ => {
                         self.resend_last(id);
@@ -786,6 +830,8 @@ impl Cm {
                 retries: 0,
                 deadline: None,
                 quiet: false,
+                hasten_ns: None,
+                drep: false,
             },
         );
     }

@@ -443,6 +443,47 @@ fn a_released_id_still_gets_its_dreq_through_silently() {
     assert!(!a.is_live(ia));
 }
 
+/// A process on its way out hastens its unanswered DREQs: after the first is lost the next
+/// goes within the given interval instead of the backed-off RTO, and stays on that interval.
+#[test]
+fn an_exiting_process_resends_its_lost_dreq_within_the_hastened_interval() {
+    let cfg = CmConfig::default();
+    let (mut a, mut b) = (Cm::new(cfg, 3), Cm::new(cfg, 91));
+    b.listen(PS_TCP, 1).unwrap();
+    let ia = a.connect(0, B, PS_TCP, 1, 2, qp(1), b"").unwrap();
+    pump(&mut a, A, &mut b, 0, &mut never());
+    let [CmEvent::ConnectRequest { id: ib, .. }] = events(&mut b)[..] else {
+        panic!()
+    };
+    b.accept(0, ib, rep_qp(2), b"").unwrap();
+    pump(&mut b, B, &mut a, 0, &mut never());
+    events(&mut a);
+    a.establish(ia, b"").unwrap();
+    pump(&mut a, A, &mut b, 0, &mut never());
+    events(&mut b);
+    a.disconnect(0, ia, b"").unwrap();
+    pump(&mut a, A, &mut b, 0, &mut || true);
+    assert_eq!(a.poll_timeout(), Some(cfg.rto_ns));
+    const EVERY: u64 = 5_000_000;
+    assert_eq!(a.hasten_disconnects(1, EVERY), 1);
+    assert_eq!(a.poll_timeout(), Some(1 + EVERY));
+    // Lost again: the retry after it is also EVERY away, not a doubled RTO.
+    a.handle_timeout(1 + EVERY);
+    pump(&mut a, A, &mut b, 1 + EVERY, &mut || true);
+    assert_eq!(a.poll_timeout(), Some(1 + 2 * EVERY));
+    a.handle_timeout(1 + 2 * EVERY);
+    pump(&mut a, A, &mut b, 1 + 2 * EVERY, &mut never());
+    assert!(matches!(events(&mut b)[..], [CmEvent::Disconnected { id, .. }] if id == ib));
+    pump(&mut b, B, &mut a, 1 + 2 * EVERY, &mut never());
+    assert!(matches!(events(&mut a)[..], [CmEvent::Disconnected { id, .. }] if id == ia));
+    assert_eq!(a.hasten_disconnects(2 + 2 * EVERY, EVERY), 0);
+    // B answered A's DREQ: at its exit it sends that DREP once more; A has none to repeat.
+    assert_eq!(b.repeat_dreps(), 1);
+    let mut buf = [0u8; 512];
+    assert_eq!(b.poll_transmit(&mut buf).map(|(to, _)| to), Some(A));
+    assert_eq!(a.repeat_dreps(), 0);
+}
+
 /// Deterministic xorshift64*, for the lossy-channel runs below.
 pub(super) struct Rng(pub(super) u64);
 

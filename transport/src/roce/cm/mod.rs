@@ -263,6 +263,8 @@ struct Exchange {
     deadline: Option<u64>,
     /// Released by the application: no more events.
     quiet: bool,
+    /// In time-wait after answering the peer's DREQ: `last` is that DREP.
+    drep: bool,
 }
 
 #[derive(Debug)]
@@ -461,6 +463,7 @@ impl RoceCm {
                 timeout_ns,
                 deadline: Some(now + timeout_ns),
                 quiet: false,
+                drep: false,
             },
         );
         Ok(RoceCmId(id))
@@ -615,6 +618,40 @@ impl RoceCm {
             };
             self.timewait(now, id.0, last);
         }
+    }
+
+    /// The process is ending and this CM with it (a shim's CM lives in the process, unlike
+    /// Linux's in the kernel, which outlives it): every DREQ still unanswered is
+    /// retransmitted every `interval_ns` from now on instead of every response timeout
+    /// (seconds), so the DREP, or the fact that one was lost, comes while someone is here to
+    /// hear it. Returns how many DREQs are outstanding (0: the process may go).
+    pub fn hasten_disconnects(&mut self, now: u64, interval_ns: u64) -> usize {
+        let mut n = 0;
+        for e in self.ex.values_mut().filter(|e| e.state == State::DreqSent) {
+            n += 1;
+            e.timeout_ns = e.timeout_ns.min(interval_ns);
+            let soon = now.saturating_add(interval_ns);
+            if e.deadline.is_none_or(|d| d > soon) {
+                e.deadline = Some(soon);
+            }
+        }
+        n
+    }
+
+    /// The process is ending: the DREPs it answered its peers' DREQs with are sent once
+    /// more (a lost one would leave the peer retrying its DREQ, seconds apart, into a
+    /// process that is gone; a duplicate DREP is ignored). Returns how many went.
+    pub fn repeat_dreps(&mut self) -> usize {
+        let ids: Vec<u32> = self
+            .ex
+            .iter()
+            .filter(|(_, e)| e.drep && e.state == State::TimeWait)
+            .map(|(k, _)| *k)
+            .collect();
+        for &id in &ids {
+            self.resend_last(id);
+        }
+        ids.len()
     }
 
     /// Whether `id` names a live exchange (not in time-wait).

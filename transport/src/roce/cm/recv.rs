@@ -205,6 +205,9 @@ impl RoceCm {
                         let last = self.send(src, tid, drep(id, dreq.local_comm_id));
                         self.emit(RoceCmEvent::Disconnected { id: RoceCmId(id) });
                         self.timewait(now, id, last);
+                        if let Some(e) = self.ex.get_mut(&id) {
+                            e.drep = true;
+                        }
                     }
                     // In time-wait after a silent end (a release, or a DREQ of ours that timed
                     // out) there is no DREP to repeat: answer with one, as Linux does.
@@ -302,6 +305,7 @@ impl RoceCm {
                 timeout_ns: self.wait_ns(req.local_cm_response_timeout),
                 deadline: None,
                 quiet: false,
+                drep: false,
             },
         );
         self.emit(RoceCmEvent::ConnectRequest {

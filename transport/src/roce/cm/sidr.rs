@@ -132,6 +132,7 @@ impl RoceCm {
                 timeout_ns,
                 deadline: None,
                 quiet: false,
+                drep: false,
             },
         );
         self.emit(RoceCmEvent::SidrRequest {
