@@ -1679,11 +1679,18 @@ pub(crate) struct Batch<'a> {
     quiet: bool,
 }
 
+thread_local! {
+    /// The poster's command buffer, kept between posts so that a post allocates nothing: a
+    /// batch takes it and gives it back (a nested post, from an engine turn a full ring makes
+    /// the poster take, finds it taken and starts an empty one).
+    static BATCH_CMDS: std::cell::Cell<Vec<Command>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 impl<'a> Batch<'a> {
     pub(crate) fn new(q: &'a Arc<QpShared>, quiet: bool) -> Self {
         Batch {
             q,
-            cmds: Vec::new(),
+            cmds: BATCH_CMDS.try_with(|b| b.take()).unwrap_or_default(),
             quiet,
         }
     }
@@ -1738,6 +1745,10 @@ impl Drop for Batch<'_> {
         // An early return (bad_wr) takes no engine turn after it: wake the engine.
         self.quiet = false;
         self.flush();
+        let mut cmds = std::mem::take(&mut self.cmds);
+        cmds.clear();
+        // try_with: a thread being torn down keeps no buffer.
+        let _ = BATCH_CMDS.try_with(|b| b.set(cmds));
     }
 }
 
