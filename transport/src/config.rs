@@ -109,8 +109,8 @@ pub struct ConnConfig {
     /// When an ACK is due, acknowledge every path with something new in one ACK_MULTI
     /// (spec/transport.md §6.2) instead of one ACK per path.
     pub ack_multi: bool,
-    /// With `ack_multi`, also add blocks for paths with no ACK due yet but at least
-    /// `ack_every / 2` packets unacknowledged ("riders", acknowledged early;
+    /// With `ack_multi`, also add blocks for paths with no ACK due yet but a packet
+    /// unacknowledged ("riders", acknowledged early;
     /// spec/transport.md §6.2).
     pub ack_multi_riders: bool,
     /// OPEN / CLOSE resend interval (ns), doubled after each try up to 256 times this.

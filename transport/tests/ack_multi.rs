@@ -285,3 +285,91 @@ fn a_rider_is_acknowledged_again_if_its_ack_multi_is_lost() {
     }
     assert!(acked_paths(&mut p).is_empty());
 }
+
+/// A bulk transfer over `PATHS` paths with the packets spaced as on a 100 Gbit/s wire at
+/// 4 KiB payloads (one per 340 ns): each path sees a packet only every 5.4 µs, longer than
+/// `ack_delay`, so no path ever reaches `ack_every` and every ACK is a delayed one. Those ACKs
+/// must take every other path with a packet unacknowledged along as riders: one ACK datagram
+/// per delayed-ACK period for all paths, not one per path (when riders needed two packets:
+/// 0.95 ACK datagrams per data packet here, and 191 spurious resends of 1,280 packets).
+// checks: [ACK-3]
+#[test]
+fn spaced_packets_over_many_paths_share_their_delayed_acks() {
+    const WRS: u64 = 96;
+    const CHUNKS: u32 = 16;
+    const GAP_NS: u64 = 340;
+    let mut p = Pair::with(|c| c.conn.paths = PATHS);
+    let len = CHUNKS * P;
+    let bytes = (WRS as u32 * len) as usize;
+    let lkey = p.ma.register(1, 0x1000, bytes, access::LOCAL_WRITE);
+    let rkey =
+        p.mb.register(1, DST, bytes, access::LOCAL_WRITE | access::REMOTE_WRITE);
+    for i in 0..WRS {
+        let off = i * len as u64;
+        let op = SendOp::Write {
+            rkey,
+            raddr: DST + off,
+            imm: None,
+        };
+        p.a.post_send(p.a_conn, 1, wr(i, op, sge(lkey, 0x1000 + off, len)))
+            .unwrap();
+    }
+    // Counted after the cold start and the first flight (steady state).
+    const SKIP: u64 = 256;
+    let (mut data, mut done) = (0u64, 0u64);
+    let mut acks0 = None;
+    let mut paths = std::collections::BTreeSet::new();
+    for _ in 0..200_000 {
+        for e in [&mut p.a, &mut p.b] {
+            if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                e.handle_timeout(p.now);
+            }
+        }
+        // One packet of A's per wire slot; A's control packets go along unspaced.
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let d = p.buf[..t.len].to_vec();
+            let pkt = Packet::parse(&d).unwrap();
+            let is_data = pkt.opcode().is_sequenced();
+            if is_data {
+                data += 1;
+                if data == SKIP {
+                    acks0 = Some(p.b.connections().next().unwrap().counters.acks_sent);
+                }
+                if data > SKIP {
+                    paths.insert(pkt.path);
+                }
+            }
+            p.b.handle_datagram(p.now, A, t.src_port, false, &d, &mut p.mb);
+            if is_data {
+                break;
+            }
+        }
+        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+            let d = p.buf[..t.len].to_vec();
+            p.a.handle_datagram(p.now, B, t.src_port, false, &d, &mut p.ma);
+        }
+        while let Some(c) = p.a.poll_completion() {
+            assert_eq!(c.status, Status::Success);
+            done += 1;
+        }
+        if done == WRS {
+            break;
+        }
+        p.now += GAP_NS;
+    }
+    assert_eq!(done, WRS, "only {done} of {WRS} WRITEs completed");
+    let acks = p.b.connections().next().unwrap().counters.acks_sent - acks0.unwrap();
+    let per_pkt = acks as f64 / (data - SKIP) as f64;
+    eprintln!(
+        "{} data packets over {} paths, {acks} ACK datagrams: {per_pkt:.3} per packet",
+        data - SKIP,
+        paths.len()
+    );
+    assert_eq!(paths.len(), PATHS as usize, "the transfer did not spray");
+    // Nothing is lost on this wire: a resend is spurious (an ACK came too late).
+    assert_eq!(data, WRS * CHUNKS as u64, "packets were resent");
+    assert!(
+        per_pkt <= 0.25,
+        "{per_pkt:.3} ACK datagrams per data packet"
+    );
+}
