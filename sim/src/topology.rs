@@ -1,5 +1,6 @@
 //! Fabric descriptions: a generic builder ([`Topology`]) and the standard topologies
-//! (back-to-back, star, dumbbell, leaf–spine, parallel planes, k-ary fat tree).
+//! (back-to-back, star, dumbbell, leaf–spine, parallel planes, k-ary fat tree, two fat trees
+//! joined by long-haul links).
 //!
 //! A topology function returns a [`Topology`]; turn it into a running [`Sim`] with
 //! [`Topology::build`] (a `Vec` of hosts, one per host slot) or [`Topology::build_with`]
@@ -608,9 +609,21 @@ pub fn planes(cfg: &TopologyConfig, k: usize, hosts: usize, shape: PlaneShape) -
 /// edge–aggregation (edge is end A), then aggregation–core (aggregation is end A). Aggregation
 /// switch `j` of every pod connects to cores `j*k/2 .. (j+1)*k/2`.
 pub fn fat_tree(cfg: &TopologyConfig, k: usize) -> Topology {
+    let mut t = Topology::new(cfg.sim.clone());
+    let _ = add_fat_tree(&mut t, cfg, k, None);
+    t
+}
+
+/// Adds one k-ary fat tree to `t` (ids as [`fat_tree`] describes them, after whatever `t`
+/// already holds; `site` tags its switches' `plane`) and returns its core switches.
+fn add_fat_tree(
+    t: &mut Topology,
+    cfg: &TopologyConfig,
+    k: usize,
+    site: Option<usize>,
+) -> Vec<SwitchId> {
     let k = (k & !1).clamp(2, 80);
     let half = k / 2;
-    let mut t = Topology::new(cfg.sim.clone());
     let nhosts = k * half * half;
     let hosts: Vec<HostId> = (0..nhosts).map(|_| t.add_host(1)).collect();
     let sw = |t: &mut Topology, role, index, pod| {
@@ -619,20 +632,20 @@ pub fn fat_tree(cfg: &TopologyConfig, k: usize) -> Topology {
                 role,
                 index,
                 pod,
-                plane: None,
+                plane: site,
             },
             cfg.switch_buffer_bytes,
             cfg.ecn_threshold_bytes,
         )
     };
     let edges: Vec<SwitchId> = (0..k * half)
-        .map(|i| sw(&mut t, SwitchRole::Edge, i, Some(i / half)))
+        .map(|i| sw(t, SwitchRole::Edge, i, Some(i / half)))
         .collect();
     let aggs: Vec<SwitchId> = (0..k * half)
-        .map(|i| sw(&mut t, SwitchRole::Aggregation, i, Some(i / half)))
+        .map(|i| sw(t, SwitchRole::Aggregation, i, Some(i / half)))
         .collect();
     let cores: Vec<SwitchId> = (0..half * half)
-        .map(|i| sw(&mut t, SwitchRole::Core, i, None))
+        .map(|i| sw(t, SwitchRole::Core, i, None))
         .collect();
     for (i, &h) in hosts.iter().enumerate() {
         let _ = t.connect_host(h, 0, edges[i / half], cfg.link_spec());
@@ -656,5 +669,34 @@ pub fn fat_tree(cfg: &TopologyConfig, k: usize) -> Topology {
             }
         }
     }
+    cores
+}
+
+/// Scale-across: two k-ary fat trees (two sites, each exactly a [`fat_tree`]) whose core
+/// switches are joined pairwise by long-haul links (`long_haul`: rate and one-way delay;
+/// loss is the caller's, with `Sim::set_link_faults` on those links). Core `i` of site 0
+/// is linked to core `i` of site 1, so a flow between sites has `(k/2)^2` equal-cost paths,
+/// one per long-haul link, of 7 links (host–edge–agg–core ~ core–agg–edge–host).
+///
+/// Ids: site 0's hosts, switches and links as [`fat_tree`] numbers them, then site 1's
+/// (hosts `k^3/4..`, and so on), then the `(k/2)^2` long-haul links, core `i` of site 0 as
+/// end A; [`across_long_haul_links`] gives their ids. Switches carry their site as `plane`.
+pub fn across(cfg: &TopologyConfig, k: usize, long_haul: LinkSpec) -> Topology {
+    let mut t = Topology::new(cfg.sim.clone());
+    let a = add_fat_tree(&mut t, cfg, k, Some(0));
+    let b = add_fat_tree(&mut t, cfg, k, Some(1));
+    for (&ca, &cb) in a.iter().zip(&b) {
+        let _ = t.connect_switches(ca, cb, long_haul);
+    }
     t
+}
+
+/// Ids of the long-haul links of [`across`] with this `k`.
+pub fn across_long_haul_links(k: usize) -> impl Iterator<Item = LinkId> {
+    let k = (k & !1).clamp(2, 80);
+    let half = k / 2;
+    // Per site: host links, edge-agg and agg-core links.
+    let per_site = k * half * half + 2 * k * half * half;
+    let cores = half * half;
+    (2 * per_site..2 * per_site + cores).map(|i| LinkId(i as u32))
 }

@@ -5,8 +5,8 @@ mod common;
 
 use common::{Flow, TestHost};
 use ferroce_sim::{
-    host_ip, nic_port_for, topology, Dir, HostId, LinkId, Node, PlaneShape, SwitchId, SwitchRole,
-    TopologyConfig,
+    host_ip, nic_port_for, topology, Dir, HostId, LinkId, LinkSpec, Node, PlaneShape, SwitchId,
+    SwitchRole, TopologyConfig,
 };
 
 #[test]
@@ -386,4 +386,70 @@ fn fat_tree_layers_hash_independently_and_use_every_core() {
     for &c in &per_core {
         assert!((c as f64 - fair).abs() < 0.2 * fair, "{per_core:?}");
     }
+}
+
+#[test]
+fn across_joins_two_fat_trees_core_to_core_over_long_haul_links() {
+    let cfg = TopologyConfig::default();
+    let long = LinkSpec {
+        rate_bps: 100_000_000_000,
+        delay: 500_000,
+    };
+    let topo = topology::across(&cfg, 4, long);
+    // Per site: 16 hosts, 8 edge + 8 agg + 4 core, 16 + 16 + 16 links; 4 long-haul links.
+    assert_eq!(topo.num_hosts(), 32);
+    assert_eq!(topo.num_switches(), 40);
+    assert_eq!(topo.num_links(), 2 * 48 + 4);
+    // Host 0 sends one packet each to host 1 (same edge), 16 (other site, first pod) and
+    // 31 (other site, last pod), on 16 source ports for the cross-site ones.
+    let mut sim = topo.build_with(|id, ip| {
+        let mut h = TestHost::new(ip);
+        if id.0 == 0 {
+            h.add_flow(Flow::new(host_ip(HostId(1)), 1, 1, 1000));
+            for dst in [16u32, 31] {
+                for sp in 0..16u16 {
+                    h.add_flow(Flow::new(host_ip(HostId(dst)), 100 + sp, 1, 1000));
+                }
+            }
+        }
+        h
+    });
+    let long_links: Vec<LinkId> = topology::across_long_haul_links(4).collect();
+    assert_eq!(long_links.len(), 4);
+    for (i, &l) in long_links.iter().enumerate() {
+        let (a, b) = sim.link_ends(l).unwrap();
+        // Core i of site 0 (switches 16..20) to core i of site 1 (switches 36..40).
+        assert_eq!(a, Node::Switch(SwitchId(16 + i as u32)));
+        assert_eq!(b, Node::Switch(SwitchId(36 + i as u32)));
+        for n in [a, b] {
+            let Node::Switch(s) = n else { unreachable!() };
+            let info = sim.switch_info(s).unwrap();
+            assert_eq!(info.role, SwitchRole::Core);
+            assert_eq!(info.plane, Some(s.0 as usize / 20));
+        }
+    }
+    sim.run_until(10_000_000);
+    assert_eq!(sim.stats().totals().dropped(), 0);
+    // Same edge: 2 hops of 85 ns + 1 µs. Across: 7 hops, 6 of 1 µs and the long haul.
+    assert_eq!(sim.host(HostId(1)).arrivals[0].t, 85 + 1000 + 85 + 1000);
+    for dst in [16u32, 31] {
+        let first = sim.host(HostId(dst)).arrivals.iter().map(|a| a.t).min();
+        // The 33 frames leave host 0 back to back, 85.28 ns each (rounded down only when the
+        // port goes idle); the first to `dst` is the 2nd (done at 170) or the 18th (1535).
+        let sent = if dst == 16 { 170 } else { 1535 };
+        assert_eq!(first, Some(sent + 6 * 1085 + 500_000), "to {dst}");
+        assert_eq!(sim.host(HostId(dst)).arrivals.len(), 16);
+    }
+    // Every long-haul link carried some of the 32 cross-site packets (ECMP over 4 cores).
+    for &l in &long_links {
+        assert!(sim.stats().link(l, Dir::AtoB).tx_packets > 0, "{l:?}");
+    }
+    // Nothing crosses a long-haul link within a site.
+    assert_eq!(
+        long_links
+            .iter()
+            .map(|&l| sim.stats().link(l, Dir::AtoB).tx_packets)
+            .sum::<u64>(),
+        32
+    );
 }
