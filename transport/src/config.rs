@@ -211,3 +211,79 @@ impl Default for ConnConfig {
         }
     }
 }
+
+/// Packets one path can have outstanding: the 256 PSNs a SACK block covers
+/// (spec/transport.md §4.2). A connection's ceiling is `paths` times this.
+pub const PATH_SPAN_PACKETS: u32 = 256;
+
+impl ConnConfig {
+    /// Paths a connection needs for its SACK spans to cover what the receiver's hint lets
+    /// it have in flight at `line_rate_mbps` over a base RTT of `rtt_ns` (spec/transport.md
+    /// §4.7): the hint window, line rate × (1.5 × RTT + the ACK delay), over 256 full
+    /// packets per path; never fewer than `self.paths`, at most 255 (the path field is 8
+    /// bits and 255 is NO_PATH).
+    pub fn paths_for_rtt(&self, rtt_ns: u64, line_rate_mbps: u32) -> u8 {
+        let window =
+            line_rate_mbps as f64 / 8000.0 * (1.5 * rtt_ns as f64 + self.ack_delay_ns as f64);
+        let span = PATH_SPAN_PACKETS as f64 * self.mtu.max(1) as f64;
+        let need = (window / span).ceil().min(255.0) as u8;
+        need.max(self.paths)
+    }
+
+    /// This configuration for a connection whose base RTT is about `rtt_ns` (a long haul;
+    /// spec/transport.md §4.7): enough paths for its bandwidth-delay product, the initial
+    /// window and RTT assumption of that RTT, and the first RTO and OPEN resend allowing a
+    /// whole RTT. A data-centre RTT (below the default `initial_rtt_ns`) changes nothing.
+    pub fn cover_rtt(mut self, rtt_ns: u64, line_rate_mbps: u32) -> ConnConfig {
+        if rtt_ns <= self.initial_rtt_ns {
+            return self;
+        }
+        self.paths = self.paths_for_rtt(rtt_ns, line_rate_mbps);
+        self.initial_rtt_ns = rtt_ns;
+        // Two RTTs: the first ACK of a window comes one RTT after its first packet, and the
+        // peer may hold it; below that every first flight would time out.
+        self.initial_rto_ns = self.initial_rto_ns.max(2 * rtt_ns);
+        // The RTO is srtt + 4 rttvar floored at min_rto. On a steady long haul rttvar
+        // collapses to nothing, so 100 µs of floor is no margin at all over a 10 ms srtt: an
+        // ACK a little late (a held ACK, a queue) fires a spurious RTO, which resends the
+        // path's whole flight. Half an RTT of margin, as 100 µs is several data-centre RTTs.
+        self.min_rto_ns = self.min_rto_ns.max(rtt_ns + rtt_ns / 2);
+        self.open_rto_ns = self.open_rto_ns.max(2 * rtt_ns);
+        self.max_rto_ns = self.max_rto_ns.max(4 * rtt_ns);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // checks: [LONG-1]
+    #[test]
+    fn a_long_rtt_gets_paths_for_its_hint_window_and_timers_for_its_rtt() {
+        let c = ConnConfig::default();
+        // 100 Gb/s: 12.5 B/ns x (1.5 x RTT + 5 µs) over 256 x 4096 B per path.
+        assert_eq!(c.paths_for_rtt(10_014_000, 100_000), 180);
+        assert_eq!(c.paths_for_rtt(1_014_000, 100_000), 19);
+        assert_eq!(c.paths_for_rtt(14_000, 100_000), 16, "never below `paths`");
+        assert_eq!(
+            c.paths_for_rtt(100_000_000, 100_000),
+            255,
+            "the 8-bit path field"
+        );
+        assert_eq!(c.paths_for_rtt(10_014_000, 400_000), 255);
+        let l = c.clone().cover_rtt(10_014_000, 100_000);
+        assert_eq!(l.paths, 180);
+        assert_eq!(l.initial_rtt_ns, 10_014_000);
+        assert_eq!(l.initial_rto_ns, 20_028_000);
+        assert_eq!(l.min_rto_ns, 15_021_000);
+        assert_eq!(l.open_rto_ns, 20_028_000);
+        assert_eq!(l.max_rto_ns, 100_000_000);
+        // A data-centre RTT changes nothing.
+        let d = c.clone().cover_rtt(14_000, 100_000);
+        assert_eq!(
+            (d.paths, d.initial_rtt_ns, d.min_rto_ns, d.initial_rto_ns),
+            (c.paths, c.initial_rtt_ns, c.min_rto_ns, c.initial_rto_ns)
+        );
+    }
+}

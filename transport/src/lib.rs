@@ -24,7 +24,9 @@ pub mod wire;
 
 pub use api::*;
 pub use cc::Algorithm as CcAlgorithm;
-pub use config::{ConnConfig, EndpointConfig, ENGINE_PACE_BURST, ENGINE_PACE_QUANTUM_NS};
+pub use config::{
+    ConnConfig, EndpointConfig, ENGINE_PACE_BURST, ENGINE_PACE_QUANTUM_NS, PATH_SPAN_PACKETS,
+};
 pub use conn::{path_entropy, ConnState, Connection};
 pub use counters::{ConnCounters, EndpointCounters, PathCounters};
 pub use endpoint::Endpoint;

@@ -116,7 +116,7 @@ pub(crate) struct AckOutcome {
     pub newest_acked_sent_at: Option<u64>,
 }
 
-pub(crate) const SACK_SPAN: u32 = 256;
+pub(crate) const SACK_SPAN: u32 = crate::config::PATH_SPAN_PACKETS;
 
 impl TxPath {
     pub fn new(index: u8, entropy: u16, cfg: &ConnConfig, init_cwnd: f64, max_cwnd: f64) -> Self {
