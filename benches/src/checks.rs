@@ -1,6 +1,7 @@
 //! The "done when" thresholds of issue 3, checked against benchmark reports. The `ferroce bench`
 //! command prints them; the shape test asserts them.
 
+use crate::across::AcrossReport;
 use crate::collective::CollectiveReport;
 use crate::incast::IncastReport;
 use crate::loss::{LossReport, Mode};
@@ -332,6 +333,43 @@ pub fn scale(r: &ScaleReport) -> Vec<Check> {
                 None => "not measured".into(),
             },
             worst.map(|w| w <= 1024.0),
+        ),
+    ]
+}
+
+/// Scale-across targets (issue 18 item 3), for the configuration the spec prescribes for a
+/// long haul (`native-cover-rtt`): at 5 ms one-way a lone flow ≥ 0.9 of line rate lossless
+/// and ≥ 0.8 at 0.1 % loss; Jain's index ≥ 0.95 between a long and a short flow.
+pub fn across(r: &AcrossReport) -> Vec<Check> {
+    use crate::across::Mode;
+    let m = Mode::NativeCovered;
+    let d = 5_000_000;
+    let single = |loss: f64, min: f64, what: &str| {
+        let x = r.row("single", m, "long", d, loss);
+        Check::new(
+            what,
+            &format!(">= {min} of line rate"),
+            f(x.map(|x| x.of_line), 3),
+            x.map(|x| x.of_line >= min && x.errors.is_empty()),
+        )
+    };
+    let shared = r.row("shared", m, "long", d, 0.0);
+    vec![
+        single(
+            0.0,
+            0.9,
+            "across 5 ms one-way: lone flow, lossless (native, cover_rtt)",
+        ),
+        single(
+            0.001,
+            0.8,
+            "across 5 ms one-way: lone flow, 0.1 % loss (native, cover_rtt)",
+        ),
+        Check::new(
+            "across 5 ms one-way: Jain's index, long vs short flow on one bottleneck",
+            ">= 0.95",
+            f(shared.and_then(|x| x.jain), 3),
+            shared.and_then(|x| x.jain.map(|j| j >= 0.95 && x.errors.is_empty())),
         ),
     ]
 }

@@ -9,6 +9,9 @@
 //! - [`permutation`]: every host sends 16 MiB to another, 1 path vs. spraying;
 //! - [`multipath`]: goodput over 1/2/4/8 planes, a plane failing and returning, and 4,000 /
 //!   16,000 concurrent connections (memory per connection);
+//! - [`across`]: scale-across, two fat trees joined by long-haul links (0.5 / 5 ms one-way):
+//!   a lone long flow's goodput (native default, configured for the RTT, RoCEv2) and a long and
+//!   a short flow on one bottleneck (Jain's index);
 //! - [`scale`]: 64,000 connections that move one WRITE each and go idle (simulator), and the
 //!   transport's heap per idle connection (counting allocator);
 //! - [`sansio`] (`ferroce bench core`): the sans-IO core alone, two endpoints in memory: CPU ns, ACKs and allocations
@@ -18,6 +21,7 @@
 //! [`progress::Progress`], and returns a report with rows (for tables and CSV) and the
 //! definitions of its figures.
 
+pub mod across;
 pub mod alloc;
 pub mod checks;
 pub mod collective;

@@ -75,6 +75,11 @@ pub enum BenchWhich {
     /// of 128), one WRITE each, then idle: 0 lost, wall time, and the transport's heap per
     /// idle connection (counting allocator). Not part of `all`.
     Scale,
+    /// Scale-across: two fat trees joined by long-haul links (0.5 and 5 ms one-way, loss 0,
+    /// 0.01 %, 0.1 %): a lone long flow's goodput (native default, native configured for the
+    /// RTT, RoCEv2) and a long and a short flow on one bottleneck (Jain's index). Not part of
+    /// `all`.
+    Across,
     /// All four, then the thresholds in one list.
     All,
     /// The sans-IO core alone: two endpoints exchanging WRITEs in memory (fake clock), CPU
@@ -656,6 +661,13 @@ mod tests {
             panic!("not bench")
         };
         assert!(b.quick && b.which == BenchWhich::Incast);
+        let Command::Bench(b) = parse(&["bench", "across", "--quick", "--seed", "3"])
+            .unwrap()
+            .cmd
+        else {
+            panic!("not bench")
+        };
+        assert!(b.quick && b.seed == 3 && b.which == BenchWhich::Across);
         assert!(parse(&["bench"]).is_err());
         assert!(parse(&["bench", "bogus"]).is_err());
         let Command::Bench(b) = parse(&[

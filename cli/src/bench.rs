@@ -827,6 +827,9 @@ fn run_benches(
     if which == BenchWhich::Scale {
         ok &= crate::bench_scale::run(opts, out, suffix)?;
     }
+    if which == BenchWhich::Across {
+        ok &= crate::bench_across::run(opts, out, suffix, a.verbose)?;
+    }
     if all || which == BenchWhich::Multipath {
         let r = multipath::run(&MultipathConfig::new(opts), &bar);
         let csv = out.join(format!("multipath{suffix}.csv"));

@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod bench_across;
 mod bench_collective;
 mod bench_scale;
 mod compliance;
