@@ -111,4 +111,7 @@ pub struct EndpointCounters {
     /// `max_accepted_per_peer` from that address (spec/security.md §3.1); not answered.
     pub drop_open_limit: u64,
     pub tx_datagrams: u64,
+    /// Connection timer passes (`handle_timeout` of one connection): a deadline that stays
+    /// in the past shows here as passes growing with events, not with deadlines.
+    pub conn_timeouts: u64,
 }

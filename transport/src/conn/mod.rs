@@ -279,8 +279,8 @@ pub struct Connection {
     /// The window a path not yet built starts with, and every path's largest.
     fresh_cwnd: f64,
     max_cwnd: f64,
-    /// The receive side's timer table: per receive path, the earlier of its delayed-ACK
-    /// deadline and its hint-answer time (`u64::MAX`: none), kept where those change
+    /// The receive side's timer table: per receive path, its hint-answer time, else its
+    /// delayed-ACK deadline (`u64::MAX`: none), kept where those change
     /// (`rx_timer`), so a deadline query reads one word per path, not each `RxPath`.
     rx_due: Vec<u64>,
     /// Boxed: the table's spare buckets then cost a pointer each, not a stream.
@@ -323,6 +323,11 @@ pub struct Connection {
     /// The next deadline other than the pacer's, as of `timer_at` (`deadlines().1`): a
     /// timeout before it is the pacer's alone.
     pub(crate) work_at: Option<u64>,
+    /// A send deadline (the pilot's, a delayed ACK's, a hint answer's) came due at or before
+    /// this time and only waits for a transmit, the connection being in the endpoint's ready
+    /// queue: such deadlines are left out until it leaves that queue, so a full NIC (no
+    /// transmits asked for) does not fire them again on every event.
+    pub(crate) send_due_at: Option<u64>,
     /// Something happened since `timer_at` was computed (the endpoint recomputes it once per
     /// batch of events, not once per event).
     pub(crate) timer_dirty: bool,
@@ -530,6 +535,7 @@ impl Connection {
             in_ready: false,
             timer_at: None,
             work_at: None,
+            send_due_at: None,
             timer_dirty: false,
             in_rx_active: false,
             no_progress_rtos: 0,
@@ -686,10 +692,14 @@ impl Connection {
     /// Receive path `i`'s delayed-ACK or hint-answer time changed: update its row.
     pub(super) fn rx_timer(&mut self, i: usize) {
         if let (Some(r), Some(d)) = (self.rx_paths.get(i), self.rx_due.get_mut(i)) {
-            let ack = r
-                .first_unacked_at
-                .map_or(u64::MAX, |f| f.saturating_add(self.cfg.ack_delay_ns));
-            *d = ack.min(r.hint_ack_at.unwrap_or(u64::MAX));
+            // An ACK held for a hint answer goes with it (`emit_acks`), not at its delay: a
+            // deadline before the answer would fire to no effect.
+            *d = match r.hint_ack_at {
+                Some(h) => h,
+                None => r
+                    .first_unacked_at
+                    .map_or(u64::MAX, |f| f.saturating_add(self.cfg.ack_delay_ns)),
+            };
         }
     }
 

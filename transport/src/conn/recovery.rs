@@ -137,13 +137,16 @@ impl Connection {
             let f = r
                 .first_unacked_at
                 .map_or(u64::MAX, |f| f + self.cfg.ack_delay_ns);
-            assert_eq!(
-                d,
-                f.min(r.hint_ack_at.unwrap_or(u64::MAX)),
-                "rx timer row stale"
-            );
+            assert_eq!(d, r.hint_ack_at.unwrap_or(f), "rx timer row stale");
         }
-        let rx = self.rx_due.iter().copied().min().unwrap_or(u64::MAX);
+        let waiting = |d: u64| self.send_due_at.is_some_and(|w| d <= w);
+        let rx = self
+            .rx_due
+            .iter()
+            .copied()
+            .filter(|&d| !waiting(d))
+            .min()
+            .unwrap_or(u64::MAX);
         if rx != u64::MAX {
             min(Some(rx));
         }
@@ -156,7 +159,7 @@ impl Connection {
                 // A pilot held only by a full NIC port needs no timer: the endpoint keeps
                 // the connection in its ready queue until the port drains.
                 if !self.port_blocked {
-                    min(self.pilot_at.map(|p| p.max(at)));
+                    min(self.pilot_at.map(|p| p.max(at)).filter(|&p| !waiting(p)));
                 }
             }
         }
@@ -386,6 +389,25 @@ impl Connection {
             } else {
                 i += 1;
             }
+        }
+        // Every ACK due is queued and a due pilot goes at the next transmit: until then
+        // (the endpoint queues this connection) those deadlines are done with.
+        if self.send_deadline_passed(now) {
+            self.send_due_at = Some(now);
+        }
+    }
+
+    /// A delayed-ACK, hint-answer or pilot time (as `deadlines` counts it) is at or before
+    /// `now`.
+    fn send_deadline_passed(&self, now: u64) -> bool {
+        if self.rx_due.iter().any(|&d| d <= now) {
+            return true;
+        }
+        match self.hint_req_at {
+            Some(at) if self.state == ConnState::Open && !self.port_blocked => {
+                self.pilot_at.is_some_and(|p| p.max(at) <= now)
+            }
+            _ => false,
         }
     }
 }
