@@ -140,7 +140,7 @@ impl Connection {
                 self.pace_armed = self.pace_next > now;
             }
         }
-        let mut out = std::mem::take(&mut self.ack_scratch);
+        let mut out = self.ack_scratch.take().unwrap_or_default();
         self.mark_path(p);
         // The controller's base RTT is the connection's smallest, this sample included: its
         // paths cross the same hops, and one path's few samples may all have queued.
@@ -203,7 +203,7 @@ impl Connection {
                 }
             }
         }
-        self.ack_scratch = out;
+        self.ack_scratch = Some(out);
     }
 
     fn ack_end(&mut self, now: u64, done: AckDone) {

@@ -153,8 +153,7 @@ impl Connection {
         self.ctrl_queue.shrink_to_fit();
         self.completions.shrink_to_fit();
         self.events.shrink_to_fit();
-        self.ack_scratch.acked.shrink_to_fit();
-        self.ack_scratch.lost.shrink_to_fit();
+        self.ack_scratch = None;
         self.ptimes.shrink_to_fit();
         self.pt_dirty.shrink_to_fit();
         self.pt_list.shrink_to_fit();

@@ -12,7 +12,6 @@ use crate::wire::{
 };
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
-use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
 mod ack;
@@ -26,6 +25,8 @@ mod recovery;
 mod requester;
 mod responder;
 mod scheduler;
+mod slim;
+use slim::SlimDeque;
 mod uc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +134,7 @@ struct Stream {
     next_msn: u32,
     next_rsn: u32,
     base_msn: u32,
-    wrs: VecDeque<ReqWr>,
+    wrs: SlimDeque<ReqWr>,
     cursor_msn: u32,
     cursor_chunk: u32,
     // responder
@@ -143,7 +144,7 @@ struct Stream {
     rx_err: Option<RxErr>,
     rx_base_msn: u32,
     rx_msgs: msn_ring::MsnRing<RxMsg>,
-    posted: VecDeque<RecvWr>,
+    posted: SlimDeque<RecvWr>,
     /// Receives consumed so far: the RSN of `posted[0]`.
     consumed_rsn: u32,
     /// READ / atomic responses executed and not yet acknowledged, by MSN: at most a stream
@@ -285,18 +286,18 @@ pub struct Connection {
     rx_due: Vec<u64>,
     /// Boxed: the table's spare buckets then cost a pointer each, not a stream.
     streams: HashMap<u32, Box<Stream>>,
-    active: VecDeque<u32>,
+    active: SlimDeque<u32>,
     /// Streams with responses still to be sent for the first time (round robin by packet).
-    resp_active: VecDeque<u32>,
-    retx: VecDeque<(ChunkRef, u8)>,
+    resp_active: SlimDeque<u32>,
+    retx: SlimDeque<(ChunkRef, u8)>,
     /// A tail-loss probe due on path `.1`: sent past every window (the window is full of the
     /// very packets whose fate it asks about) and with ACK_REQ.
     tlp: Option<(ChunkRef, u8)>,
     rnr_wait: Vec<(u64, ChunkRef)>,
-    ack_queue: VecDeque<u8>,
+    ack_queue: SlimDeque<u8>,
     ack_queued: Vec<bool>,
-    nack_queue: VecDeque<(u8, NackRepr)>,
-    ctrl_queue: VecDeque<Ctrl>,
+    nack_queue: SlimDeque<(u8, NackRepr)>,
+    ctrl_queue: SlimDeque<Ctrl>,
     ctrl_at: Option<u64>,
     ctrl_tries: u32,
     rr: usize,
@@ -372,8 +373,9 @@ pub struct Connection {
     held_bytes: u64,
     /// An ACK_REQ went out and no ACK has come back since.
     ack_req_out: bool,
-    /// What the last ACK told a path, kept so that an ACK allocates nothing.
-    ack_scratch: AckOutcome,
+    /// What the last ACK told a path, kept so that an ACK allocates nothing (boxed and
+    /// dropped by `compact`: an idle connection holds a pointer, not two vectors).
+    ack_scratch: Option<Box<AckOutcome>>,
     /// `conn_window()` as last computed; None once a path's window or RTT, the hint or the
     /// base RTT changed (it is read on every transmit poll, and changes only with ACKs).
     win_cache: std::cell::Cell<Option<f64>>,
@@ -392,8 +394,8 @@ pub struct Connection {
     /// Smoothed RTT over every path's samples (ns, 0: none yet).
     srtt_all: f64,
     pub counters: ConnCounters,
-    pub(crate) completions: VecDeque<Completion>,
-    pub(crate) events: VecDeque<Event>,
+    pub(crate) completions: SlimDeque<Completion>,
+    pub(crate) events: SlimDeque<Event>,
 }
 
 /// The inputs of a connection's loss and probe deadlines ([`Connection::timer_basis`]).
@@ -510,15 +512,15 @@ impl Connection {
             max_cwnd: 0.0,
             rx_due: Vec::new(),
             streams: HashMap::default(),
-            active: VecDeque::new(),
-            resp_active: VecDeque::new(),
-            retx: VecDeque::new(),
+            active: SlimDeque::new(),
+            resp_active: SlimDeque::new(),
+            retx: SlimDeque::new(),
             tlp: None,
             rnr_wait: Vec::new(),
-            ack_queue: VecDeque::new(),
+            ack_queue: SlimDeque::new(),
             ack_queued: Vec::new(),
-            nack_queue: VecDeque::new(),
-            ctrl_queue: VecDeque::new(),
+            nack_queue: SlimDeque::new(),
+            ctrl_queue: SlimDeque::new(),
             ctrl_at: None,
             ctrl_tries: 0,
             rr: 0,
@@ -541,7 +543,7 @@ impl Connection {
             no_progress_rtos: 0,
             held_bytes: 0,
             ack_req_out: false,
-            ack_scratch: AckOutcome::default(),
+            ack_scratch: None,
             win_cache: std::cell::Cell::new(None),
             ptimes: Vec::new(),
             pt_dirty: Vec::new(),
@@ -568,8 +570,8 @@ impl Connection {
             sole_sent: false,
             peer_sole: false,
             counters: ConnCounters::default(),
-            completions: VecDeque::new(),
-            events: VecDeque::new(),
+            completions: SlimDeque::new(),
+            events: SlimDeque::new(),
         };
         if state == ConnState::Opening {
             c.ctrl_queue.push_back(Ctrl::Open);

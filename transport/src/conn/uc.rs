@@ -129,7 +129,7 @@ impl Connection {
             return Verdict::Accept;
         }
         // Abandon the message in progress: its receive goes back for the next message.
-        let abandon = |rx: &mut UcRx, posted: &mut VecDeque<RecvWr>, c: &mut ConnCounters| {
+        let abandon = |rx: &mut UcRx, posted: &mut SlimDeque<RecvWr>, c: &mut ConnCounters| {
             if let Some(msg) = rx.cur.take() {
                 c.uc_msgs_dropped += 1;
                 if let Some(r) = msg.recv {
