@@ -170,7 +170,11 @@ pub fn incast_fan_in(r: &IncastReport) -> Vec<Check> {
 pub fn permutation(r: &PermutationReport) -> Vec<Check> {
     let w = r.spraying().map(|x| x.worst_rate);
     vec![Check::new(
-        "permutation 128 x 16 MiB, default spraying: worst flow",
+        &format!(
+            "permutation {} x {}, default spraying: worst flow",
+            r.config.hosts(),
+            r.config.flow_size_name()
+        ),
         ">= 0.85 of line rate",
         f(w, 4),
         w.map(|v| v >= 0.85),

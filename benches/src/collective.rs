@@ -149,6 +149,9 @@ pub struct CollectiveConfig {
     pub msg_size: u32,
     /// WRITEs in flight per connection.
     pub depth: u32,
+    /// Fat-tree arity (k³/4 hosts); the reference fabric's 8 unless asked. The storage
+    /// pattern is laid out for k = 8 (one server per pod of 16 hosts) and runs only there.
+    pub k: usize,
 }
 
 impl CollectiveConfig {
@@ -169,7 +172,13 @@ impl CollectiveConfig {
             },
             msg_size: 65_536,
             depth: 2,
+            k: fabric::FAT_TREE_K,
         }
+    }
+
+    /// Hosts of the fabric.
+    pub fn hosts(&self) -> usize {
+        fabric::fat_tree_hosts(self.k)
     }
 }
 
@@ -354,13 +363,19 @@ fn run_one(
     let t_wall = Instant::now();
     let topo = fabric::reference_config(cfg.opts.seed);
     let opts = cfg.opts;
-    let mut sim = fabric::fat_tree(&topo, |id, ip| host_for(engine, id, ip, opts));
+    let mut sim = fabric::fat_tree_k(&topo, cfg.k, |id, ip| host_for(engine, id, ip, opts));
     // 127 busy connections per host keep its NIC full: without this the simulator spins
     // 1 ns at a time behind it (see the method).
     sim.set_timer_waits_for_nic(true);
-    let n = fabric::FAT_TREE_HOSTS;
+    let n = cfg.hosts();
     let all: Vec<HostId> = (0..n as u32).map(HostId).collect();
     let mut errors = Vec::new();
+    if pattern == Pattern::Storage && cfg.k != fabric::FAT_TREE_K {
+        errors.push(format!(
+            "storage-kv is laid out for k = {} only",
+            fabric::FAT_TREE_K
+        ));
+    }
     if cond == Condition::CoreLinkDown && !take_core_link_down(&mut sim) {
         errors.push("no core link to take down".to_string());
     }
@@ -495,43 +510,57 @@ pub fn run(cfg: &CollectiveConfig, progress: &dyn Progress) -> CollectiveReport 
     }
     progress.end();
     let rtt = fabric::reference_rtt_ns();
+    let n = cfg.hosts();
+    let mut setup = vec![
+        format!("fabric: {}", fabric::describe_fat_tree(cfg.k, rtt)),
+        format!(
+            "all-to-all: every host WRITEs S bytes to each of the other {}, all posted at {} µs on {} connections per host \
+             (one connection / QP per ordered host pair, WRITEs of min(S, {} B), {} in flight per connection; RoCEv2: \
+             a host's requester QPs are numbered 1, its responder QPs {:#x}, so each ordered pair has its own QP pair)",
+            n - 1,
+            T0 / 1000,
+            n - 1,
+            cfg.msg_size,
+            cfg.depth,
+            ROCE_SERVER_QPN
+        ),
+        format!(
+            "ring all-reduce: host i WRITEs_WITH_IMM S/{n} bytes to host i+1, {} steps; step k+1 is posted only when \
+             host i's receive of step k's chunk from host i-1 has completed (the data dependency, no global barrier; \
+             reduction compute takes no time)",
+            2 * (n - 1)
+        ),
+        "engines: native (default paths and controller), native with 1 path per connection, RoCEv2 RC go-back-N \
+         (local ACK timeout 65.5 µs, its best case on this fabric; retry forever)"
+            .into(),
+    ];
+    // The storage layout is k = 8's (one server per pod); other fabrics do not run it.
+    if cfg.k == fabric::FAT_TREE_K || cfg.patterns.contains(&Pattern::Storage) {
+        setup.push(format!(
+            "storage-kv: {} servers (one per pod), the other {} hosts clients, client j READs {} objects from server \
+             j mod {}, {} in flight, sizes from a fixed table of {} seeded log-uniform draws over the powers of two \
+             {} KiB - {} KiB (each client starts at its own place in it); all clients at {} µs",
+            storage::SERVERS,
+            n - storage::SERVERS,
+            storage::objects(cfg),
+            storage::SERVERS,
+            storage::DEPTH,
+            storage::object_sizes(cfg.opts.seed).len(),
+            storage::MIN_OBJECT >> 10,
+            storage::MAX_OBJECT >> 10,
+            T0 / 1000
+        ));
+    }
+    setup.push(
+        "conditions: lossless; 1 % random loss on every host's uplink (data and ACKs) from the start of the \
+         collective, the connections having opened before (as a job opens its QPs at start-up); one \
+         core-aggregation link down from the start, routing converged around it (ECMP no longer uses it)"
+            .into(),
+    );
     CollectiveReport {
         config: cfg.clone(),
         rows,
-        setup: vec![
-            format!("fabric: {}", fabric::describe_reference(rtt)),
-            format!(
-                "all-to-all: every host WRITEs S bytes to each of the other 127, all posted at {} µs on 127 connections per host \
-                 (one connection / QP per ordered host pair, WRITEs of min(S, {} B), {} in flight per connection; RoCEv2: \
-                 a host's requester QPs are numbered 1, its responder QPs {:#x}, so each ordered pair has its own QP pair)",
-                T0 / 1000,
-                cfg.msg_size,
-                cfg.depth,
-                ROCE_SERVER_QPN
-            ),
-            "ring all-reduce: host i WRITEs_WITH_IMM S/128 bytes to host i+1, 254 steps; step k+1 is posted only when \
-             host i's receive of step k's chunk from host i-1 has completed (the data dependency, no global barrier; \
-             reduction compute takes no time)".into(),
-            "engines: native (default paths and controller), native with 1 path per connection, RoCEv2 RC go-back-N \
-             (local ACK timeout 65.5 µs, its best case on this fabric; retry forever)".into(),
-            format!(
-                "storage-kv: {} servers (one per pod), the other {} hosts clients, client j READs {} objects from server \
-                 j mod {}, {} in flight, sizes from a fixed table of {} seeded log-uniform draws over the powers of two \
-                 {} KiB - {} KiB (each client starts at its own place in it); all clients at {} µs",
-                storage::SERVERS,
-                fabric::FAT_TREE_HOSTS - storage::SERVERS,
-                storage::objects(cfg),
-                storage::SERVERS,
-                storage::DEPTH,
-                storage::object_sizes(cfg.opts.seed).len(),
-                storage::MIN_OBJECT >> 10,
-                storage::MAX_OBJECT >> 10,
-                T0 / 1000
-            ),
-            "conditions: lossless; 1 % random loss on every host's uplink (data and ACKs) from the start of the \
-             collective, the connections having opened before (as a job opens its QPs at start-up); one \
-             core-aggregation link down from the start, routing converged around it (ECMP no longer uses it)".into(),
-        ],
+        setup,
         definitions: vec![
             "jct: job completion time, from the common start to the completion of the last WRITE of any host (the sender's \
              completion, i.e. acknowledged)".into(),
@@ -646,7 +675,10 @@ pub fn plot(r: &CollectiveReport, path: &std::path::Path) -> Result<(), String> 
     let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min);
     let hi = xs.iter().cloned().fold(0.0, f64::max);
     let axes = Axes {
-        title: "collectives on 128 hosts: fraction of ideal completion time".into(),
+        title: format!(
+            "collectives on {} hosts: fraction of ideal completion time",
+            r.config.hosts()
+        ),
         x_desc: "S (KiB per pair for all-to-all, per host for the ring)".into(),
         y_desc: "ideal / job completion time".into(),
         x: (lo / 1.5, hi * 1.5),

@@ -68,7 +68,34 @@ pub fn fat_tree(
     cfg: &TopologyConfig,
     make: impl FnMut(HostId, [u8; 4]) -> NodeHost,
 ) -> Sim<NodeHost> {
-    topology::fat_tree(cfg, FAT_TREE_K).build_with(make)
+    fat_tree_k(cfg, FAT_TREE_K, make)
+}
+
+/// The reference fabric's links and queues as a k-ary fat tree (`k` even, 4 ..= 80;
+/// k = 16: 1,024 hosts, 320 switches), each host made by `make`.
+pub fn fat_tree_k(
+    cfg: &TopologyConfig,
+    k: usize,
+    make: impl FnMut(HostId, [u8; 4]) -> NodeHost,
+) -> Sim<NodeHost> {
+    debug_assert!(valid_k(k), "fat-tree arity {k}");
+    topology::fat_tree(cfg, k).build_with(make)
+}
+
+/// Whether `k` is an arity `fat_tree_k` builds as asked (`topology::fat_tree` would round
+/// an odd one down and clamp to 2 ..= 80; k = 2 has one core and no ECMP worth the name).
+pub fn valid_k(k: usize) -> bool {
+    (4..=80).contains(&k) && k.is_multiple_of(2)
+}
+
+/// Hosts of the k-ary fat tree: k³/4.
+pub fn fat_tree_hosts(k: usize) -> usize {
+    k * k * k / 4
+}
+
+/// Switches of the k-ary fat tree: k²/2 edge, k²/2 aggregation, k²/4 core.
+pub fn fat_tree_switches(k: usize) -> usize {
+    k * k + k * k / 4
 }
 
 /// Shape of each plane in the multipath benchmark: a 2-tier leaf-spine per plane.
@@ -93,10 +120,17 @@ pub const PLANE_HOPS: u32 = 4;
 
 /// One-line description of the reference fabric.
 pub fn describe_reference(rtt_ns: u64) -> String {
+    describe_fat_tree(FAT_TREE_K, rtt_ns)
+}
+
+/// One-line description of the reference fabric's links and queues as a k-ary fat tree (the
+/// base RTT across pods is the same 6 hops whatever k).
+pub fn describe_fat_tree(k: usize, rtt_ns: u64) -> String {
     format!(
-        "{FAT_TREE_HOSTS}-host 3-tier fat tree (k = {FAT_TREE_K}, full bisection), {} Gb/s links, \
+        "{}-host 3-tier fat tree (k = {k}, full bisection), {} Gb/s links, \
          1 µs per hop, switch queues of 1 BDP = 43 x 4150 B = {BDP_BYTES} B, ECN above 20 %; \
          base RTT {:.2} µs across pods; MTU {MTU} B",
+        fat_tree_hosts(k),
         LINK_BPS / 1_000_000_000,
         rtt_ns as f64 / 1e3
     )

@@ -175,7 +175,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_name = "B,...", global = true,
           value_parser = clap::value_parser!(u32).range(64..=9000))]
     pub payloads: Vec<u32>,
-    /// Core only: path counts (comma-separated) [default: 1,16].
+    /// Core: path counts (comma-separated) [default: 1,16]. Permutation: the rows' path
+    /// counts [default: 1 and the transport's default]; the default count is its row.
     #[arg(long, value_delimiter = ',', value_name = "N,...", global = true,
           value_parser = clap::value_parser!(u8).range(1..))]
     pub paths: Vec<u8>,
@@ -207,6 +208,15 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_name = "KIB,...", global = true,
           value_parser = clap::value_parser!(u64).range(1..=(1 << 20)))]
     pub sizes_kib: Vec<u64>,
+    /// Permutation and collective only: arity of the fat tree (even, 4-80; k^3/4 hosts:
+    /// 16 gives 1,024 hosts and 320 switches) [default: 8, the 128-host reference fabric].
+    /// The collective's storage-kv pattern runs on k = 8 only.
+    #[arg(long = "k", value_name = "K", global = true, value_parser = parse_fat_tree_k)]
+    pub fat_tree_k: Option<usize>,
+    /// Permutation only: bytes per flow in KiB [default: 16384 (16 MiB), also with --quick].
+    #[arg(long, value_name = "KIB", global = true,
+          value_parser = clap::value_parser!(u64).range(1..=(1 << 22)))]
+    pub flow_kib: Option<u64>,
     /// Core only: print the report as JSON instead of the table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -325,6 +335,18 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
         return Err(format!("{v} is not a percentage in 0-100"));
     }
     Ok(v / 100.0)
+}
+
+/// A fat-tree arity the benchmarks build as given: even, 4-80.
+pub fn parse_fat_tree_k(s: &str) -> Result<usize, String> {
+    let k: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if !ferroce_benches::fabric::valid_k(k) {
+        return Err(format!("k = {k}: the fat tree's arity must be even, 4-80"));
+    }
+    Ok(k)
 }
 
 /// A probability in 0..=1.
@@ -696,6 +718,23 @@ mod tests {
         assert!(b.json);
         assert!(parse(&["bench", "core", "--payloads", "32"]).is_err());
         assert!(parse(&["bench", "core", "--paths", "0"]).is_err());
+        let Command::Bench(b) = parse(&["bench", "permutation", "--k", "16", "--flow-kib", "64"])
+            .unwrap()
+            .cmd
+        else {
+            panic!("not bench")
+        };
+        assert_eq!((b.fat_tree_k, b.flow_kib), (Some(16), Some(64)));
+        let Command::Bench(b) = parse(&["bench", "permutation"]).unwrap().cmd else {
+            panic!("not bench")
+        };
+        assert_eq!((b.fat_tree_k, b.flow_kib), (None, None));
+        for bad in ["7", "2", "82", "x"] {
+            assert!(
+                parse(&["bench", "collective", "--k", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -322,9 +322,34 @@ fn render_incast(r: &IncastReport) -> String {
     out
 }
 
+/// The permutation's settings with `--k`, `--flow-kib` and `--paths` applied.
+fn permutation_config(a: &BenchArgs, opts: Opts) -> PermutationConfig {
+    let mut cfg = PermutationConfig::new(opts);
+    if let Some(k) = a.fat_tree_k {
+        cfg.k = k;
+    }
+    if let Some(kib) = a.flow_kib {
+        cfg.bytes_per_flow = kib << 10;
+    }
+    if !a.paths.is_empty() {
+        // The transport's default count is the default row (0), as without --paths.
+        let default = ferroce_transport::EndpointConfig::default().conn.paths;
+        cfg.paths = a
+            .paths
+            .iter()
+            .map(|&p| if p == default { 0 } else { p })
+            .collect();
+        cfg.paths.dedup();
+    }
+    cfg
+}
+
 fn render_permutation(r: &PermutationReport) -> String {
     let mut out = header(
-        "ferroce bench permutation: 128 hosts, each sends to another",
+        &format!(
+            "ferroce bench permutation: {} hosts, each sends to another",
+            r.config.hosts()
+        ),
         &r.setup,
         r.config.opts,
     );
@@ -341,6 +366,8 @@ fn render_permutation(r: &PermutationReport) -> String {
             "max queue BDP",
             "done",
             "wall s",
+            "events",
+            "events/s",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -368,12 +395,16 @@ fn render_permutation(r: &PermutationReport) -> String {
             })
             .into(),
             format!("{:.2}", x.wall_s),
+            count(x.events),
+            count((x.events as f64 / x.wall_s.max(1e-9)) as u64),
         ]);
     }
     out.push_str(&t.render());
-    out.push_str(
-        "reference (UEC htsim, same fabric): 1 path 0.54/0.24 mean/worst, oblivious spraying 0.87/0.67, UET best 0.91/0.86\n",
-    );
+    if r.config.k == ferroce_benches::fabric::FAT_TREE_K {
+        out.push_str(
+            "reference (UEC htsim, same fabric): 1 path 0.54/0.24 mean/worst, oblivious spraying 0.87/0.67, UET best 0.91/0.86\n",
+        );
+    }
     out.push('\n');
     out.push_str(&lines("definitions:", &r.definitions));
     out
@@ -797,7 +828,7 @@ fn run_benches(
         }
     }
     if all || which == BenchWhich::Permutation {
-        let r = permutation::run(&PermutationConfig::new(opts), &bar);
+        let r = permutation::run(&permutation_config(a, opts), &bar);
         let csv = out.join(format!("permutation{suffix}.csv"));
         write_csv(&permutation::csv(&r), &csv)?;
         print!("{}", render_permutation(&r));

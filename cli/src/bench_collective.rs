@@ -19,7 +19,10 @@ fn size_name(s: u64) -> String {
 
 pub fn render(r: &CollectiveReport) -> String {
     let mut out = header(
-        "ferroce bench collective: all-to-all, ring all-reduce and storage/KV reads on 128 hosts",
+        &format!(
+            "ferroce bench collective: all-to-all, ring all-reduce and storage/KV reads on {} hosts",
+            r.config.hosts()
+        ),
         &r.setup,
         r.config.opts,
     );
@@ -44,6 +47,8 @@ pub fn render(r: &CollectiveReport) -> String {
             "drops",
             "done",
             "wall s",
+            "events",
+            "events/s",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -75,6 +80,8 @@ pub fn render(r: &CollectiveReport) -> String {
             })
             .into(),
             format!("{:.1}", x.wall_s),
+            count(x.events),
+            count((x.events as f64 / x.wall_s.max(1e-9)) as u64),
         ]);
     }
     out.push_str(&t.render());
@@ -173,6 +180,19 @@ pub fn run(a: &BenchArgs, opts: Opts, out: &Path, suffix: &str) -> Result<bool, 
     }
     if !a.sizes_kib.is_empty() {
         cfg.sizes = a.sizes_kib.iter().map(|k| k << 10).collect();
+    }
+    if let Some(k) = a.fat_tree_k {
+        cfg.k = k;
+        if k != ferroce_benches::fabric::FAT_TREE_K {
+            // storage-kv's servers are one per pod of the 128-host fabric.
+            if a.patterns.contains(&collective::Pattern::Storage) {
+                return Err(format!(
+                    "storage-kv runs on the k = {} fabric only",
+                    ferroce_benches::fabric::FAT_TREE_K
+                ));
+            }
+            cfg.patterns.retain(|&p| p != collective::Pattern::Storage);
+        }
     }
     let r = collective::run(&cfg, &Bar::new());
     let csv = out.join(format!("collective{suffix}.csv"));

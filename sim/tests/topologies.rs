@@ -156,6 +156,71 @@ fn fat_tree_8_has_128_hosts_and_all_pairs_connect() {
     assert_eq!(sim.routes(core0, far).len(), 1);
 }
 
+/// The 1,024-host fabric (k = 16) the scale runs use: its shape, its ECMP fan-out at each
+/// layer, and one packet from every host to a host in another pod and back arriving.
+#[test]
+fn fat_tree_16_has_1024_hosts_320_switches_and_every_host_reaches_another_pod() {
+    let cfg = TopologyConfig::default();
+    let topo = topology::fat_tree(&cfg, 16);
+    assert_eq!(topo.num_hosts(), 1024);
+    // 16 pods of 8 edge and 8 aggregation switches, 64 cores.
+    assert_eq!(topo.num_switches(), 16 * 16 + 64);
+    // 1,024 host links + 16 pods * 64 edge-agg + 16 pods * 64 agg-core.
+    assert_eq!(topo.num_links(), 1024 + 1024 + 1024);
+    // Host i sends to the host half the fabric away (pod p to pod p + 8), a few flows each
+    // on distinct source ports so they spread over the ECMP groups.
+    let far = |i: u32| (i + 512) % 1024;
+    let mut sim = topo.build_with(|id, ip| {
+        let mut h = TestHost::new(ip);
+        for sp in 0..4u16 {
+            h.add_flow(Flow::new(host_ip(HostId(far(id.0))), 9000 + sp, 2, 512));
+        }
+        h
+    });
+    let mut roles = [0usize; 3];
+    for s in sim.switch_ids() {
+        match sim.switch_info(s).unwrap().role {
+            SwitchRole::Edge => roles[0] += 1,
+            SwitchRole::Aggregation => roles[1] += 1,
+            SwitchRole::Core => roles[2] += 1,
+            r => panic!("{r:?} in a fat tree"),
+        }
+    }
+    assert_eq!(roles, [128, 128, 64]);
+    let dst = HostId(1023);
+    assert_eq!(sim.routes(SwitchId(0), dst).len(), 8, "edge: any of 8 aggs");
+    assert_eq!(sim.routes(SwitchId(0), HostId(1)).len(), 1, "same edge");
+    assert_eq!(
+        sim.routes(SwitchId(128), dst).len(),
+        8,
+        "agg: any of 8 cores"
+    );
+    assert_eq!(
+        sim.routes(SwitchId(256), dst).len(),
+        1,
+        "core: one way down"
+    );
+    sim.run_until(1_000_000);
+    for h in sim.host_ids() {
+        let a = &sim.host(h).arrivals;
+        assert_eq!(
+            a.len(),
+            8,
+            "host {h:?}: 4 flows x 2 packets from its far peer"
+        );
+        let src = host_ip(HostId(far(h.0)));
+        assert!(a.iter().all(|x| x.src_ip == src && x.intact), "host {h:?}");
+    }
+    assert_eq!(sim.stats().totals().dropped(), 0);
+    // Cross-pod traffic crossed the cores: every core link carried some of it.
+    let core_links = (2048..3072).filter(|&l| {
+        Dir::BOTH
+            .iter()
+            .any(|&d| sim.stats().link(LinkId(l), d).tx_packets > 0)
+    });
+    assert!(core_links.count() > 900, "ECMP left many core links unused");
+}
+
 #[test]
 fn fat_tree_path_lengths_are_2_4_6_hops() {
     let cfg = TopologyConfig::default();
