@@ -323,11 +323,17 @@ mod tests {
     /// complete, their bytes checked, nothing dropped.
     #[test]
     fn flows_across_pods_of_the_1024_host_fat_tree_complete() {
+        for seed in 1..=3 {
+            flows_across_pods(seed);
+        }
+    }
+
+    fn flows_across_pods(seed: u64) {
         let k = 16;
         let mut ep = EndpointConfig::default();
         ep.conn.mtu = MTU;
-        let mut sim = fabric::fat_tree_k(&fabric::reference_config(1), k, |id, ip| {
-            native_host(id, ip, &ep, 1)
+        let mut sim = fabric::fat_tree_k(&fabric::reference_config(seed), k, |id, ip| {
+            native_host(id, ip, &ep, seed)
         });
         assert_eq!(sim.num_hosts(), fabric::fat_tree_hosts(k));
         assert_eq!(sim.num_switches(), fabric::fat_tree_switches(k));
@@ -351,7 +357,7 @@ mod tests {
         assert!(multi::run_flows(&mut sim, &h, T0 + 20_000_000, 5_000));
         assert_eq!(multi::all_errors(&sim), Vec::<String>::new());
         for f in &h {
-            assert_eq!(f.state(&sim).bytes_done, 4 * 65_536, "{f:?}");
+            assert_eq!(f.state(&sim).bytes_done, 4 * 65_536, "seed {seed}: {f:?}");
         }
         assert_eq!(sim.stats().totals().dropped(), 0);
     }
