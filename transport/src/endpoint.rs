@@ -19,6 +19,9 @@ mod table;
 
 use table::ConnTable;
 
+/// Dirty connections beyond which `touch` settles their deadlines at once.
+const DIRTY_FLUSH: usize = 8;
+
 /// All native connections of one host.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -50,6 +53,10 @@ pub struct Endpoint {
     due: Vec<u32>,
     /// Last demands (Mbit/s, infinity for backlogged) seen by the fair-share computation.
     last_level_mbps: f64,
+    /// Joins of new senders so far, and the share the last one gave every active sender
+    /// (applied to each lazily, `settle_hint`).
+    join_epoch: u64,
+    join_cap_mbps: u32,
     /// When the receiver last saw a reason for the headroom of `share_target`: a CE-marked
     /// datagram (a queue on the way in), a join, a computation with two or more senders.
     contested_at: Option<u64>,
@@ -77,6 +84,8 @@ impl Endpoint {
             demands: Vec::new(),
             due: Vec::new(),
             last_level_mbps: 0.0,
+            join_epoch: 0,
+            join_cap_mbps: 0,
             contested_at: None,
             next_share_at: 0,
             counters: EndpointCounters::default(),
@@ -139,6 +148,13 @@ impl Endpoint {
             self.ready.push_back(id);
         }
         Self::mark_dirty(c, &mut self.dirty);
+        // `poll_timeout` reads every dirty connection's deadline; an embedder that receives
+        // and posts without a transmit pass (its NIC full) would have it scan hundreds at each
+        // event (all-to-all on 1,024 hosts). Settling them early is the same settling: a
+        // connection changed later is dirtied again.
+        if self.dirty.len() >= DIRTY_FLUSH {
+            self.flush_timers();
+        }
     }
 
     fn mark_dirty(c: &mut Connection, dirty: &mut Vec<u32>) {
@@ -467,6 +483,7 @@ impl Endpoint {
                 continue;
             };
             conn.in_ready = false;
+            Self::settle_hint(self.join_epoch, self.join_cap_mbps, conn);
             let out = conn.poll_transmit(now, buf, mem, ready);
             let peer = conn.peer;
             if out.is_none() && conn.port_blocked {

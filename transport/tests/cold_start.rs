@@ -350,3 +350,88 @@ fn a_second_connection_withdraws_sole() {
     assert_ne!(ops[0].1 & flags::BACKLOG, 0);
     assert!(ops.len() <= 2, "request and pilot only: {ops:?}");
 }
+
+/// A sender whose NIC stays full (its embedder offers no transmit): the pilots a timeout
+/// found due wait for a transmit, not for another timeout. Before, their deadlines stayed
+/// in the past, so every event on the host re-ran the timeout of every such connection
+/// (hundreds per host in an all-to-all on 1,024 hosts). Once a transmit is offered, every
+/// pilot goes.
+#[test]
+fn due_pilots_wait_for_a_transmit_not_another_timeout() {
+    let (mut p, mut now) = Pair::new(shared);
+    let mut conns = vec![p.conn];
+    for _ in 0..15 {
+        conns.push(p.a.connect(B));
+    }
+    for _ in 0..8 {
+        for d in p.drain(now) {
+            p.deliver(now, d);
+        }
+        now += 1_000;
+    }
+    let lkey = p.ma.register(1, 0x1000, MSG as usize, access::LOCAL_WRITE);
+    let rkey = p.mb.register(1, 0x9000, MSG as usize, access::REMOTE_WRITE);
+    let peers: Vec<ConnId> = p.b.connections().map(|c| c.id).collect();
+    assert_eq!(peers.len(), conns.len());
+    for &c in &conns[1..] {
+        p.a.create_stream(c, 1, 1, 1).unwrap();
+    }
+    // `Pair::new` made the first connection's stream (B lists its connections by id).
+    for &peer in &peers {
+        match p.b.create_stream(peer, 1, 1, 1) {
+            Ok(()) | Err(PostError::StreamExists) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    for (i, &c) in conns.iter().enumerate() {
+        assert_eq!(p.a.connection(c).unwrap().state, ConnState::Open);
+        let wr = SendWr {
+            wr_id: i as u64,
+            op: SendOp::Write {
+                rkey,
+                raddr: 0x9000,
+                imm: None,
+            },
+            sgl: [Sge {
+                lkey,
+                addr: 0x1000,
+                len: MSG,
+            }]
+            .into_iter()
+            .collect(),
+            signaled: true,
+            solicited: false,
+            fence: false,
+        };
+        p.a.post_send(c, 1, wr).unwrap();
+    }
+    // The hint requests go at once; each pilot is due within the spread.
+    let mut requests = 0;
+    while let Some(t) = p.a.poll_transmit(now, &mut p.buf, &mut p.ma) {
+        assert_eq!(
+            Packet::parse(&p.buf[..t.len]).unwrap().opcode(),
+            Opcode::Probe
+        );
+        requests += 1;
+    }
+    assert_eq!(requests, conns.len());
+    let due = now + ConnConfig::default().pilot_spread_ns;
+    assert!(p.a.poll_timeout().is_some_and(|t| t <= due));
+    p.a.handle_timeout(due);
+    // The NIC is full: no transmit. Nothing is due until the requests' own timers.
+    let next = p.a.poll_timeout();
+    assert!(
+        next.is_none_or(|t| t > due),
+        "deadline {next:?} still at or before {due}: the timeout would run again"
+    );
+    // A transmit is offered: every pilot goes (one data packet per connection).
+    let mut pilots = 0;
+    while let Some(t) = p.a.poll_transmit(due + 100, &mut p.buf, &mut p.ma) {
+        assert_eq!(
+            Packet::parse(&p.buf[..t.len]).unwrap().opcode(),
+            Opcode::Write
+        );
+        pilots += 1;
+    }
+    assert_eq!(pilots, conns.len());
+}

@@ -311,8 +311,11 @@ pub struct Connection {
     pub(crate) port_blocked: bool,
     /// Fair-share rate the peer's receiver hinted to us (Mbit/s), sender side.
     pub peer_hint_mbps: u32,
-    /// Fair-share rate we hint to the peer in our ACKs (set by the endpoint).
+    /// Fair-share rate we hint to the peer in our ACKs (set by the endpoint; a join's cap
+    /// reaches it before its next transmit, see `Endpoint::settle_hint`).
     pub hint_for_peer_mbps: u32,
+    /// The endpoint's join count when `hint_for_peer_mbps` was last settled.
+    pub(crate) hint_epoch: u64,
     /// Bytes received and BACKLOG seen since the endpoint last looked (fair share input).
     pub(crate) rx_bytes_window: u64,
     /// Last time data arrived, and last time it carried the BACKLOG flag.
@@ -531,6 +534,7 @@ impl Connection {
             port_blocked: false,
             peer_hint_mbps: 0,
             hint_for_peer_mbps: 0,
+            hint_epoch: 0,
             rx_bytes_window: 0,
             last_rx_at: 0,
             backlog_at: 0,

@@ -39,14 +39,28 @@ impl Endpoint {
         let hint = level.clamp(1.0, u32::MAX as f64) as u32;
         self.last_level_mbps = level;
         // Everyone's share just shrank: tell them in their next ACK, not an interval later.
-        for i in 0..self.rx_active.len() {
-            let cid = self.rx_active[i];
-            if let Some(c) = self.conns.get_mut(&cid) {
-                c.hint_for_peer_mbps = c.hint_for_peer_mbps.min(hint).max(1);
-            }
-        }
+        // Recorded once here and applied to each active sender before it next transmits
+        // (`settle_hint`): writing it into every one made each join O(active senders), and
+        // an all-to-all start quadratic (1,023 joins of up to 2,046 senders per host).
+        self.join_epoch += 1;
+        self.join_cap_mbps = hint;
+        let epoch = self.join_epoch;
         if let Some(c) = self.conns.get_mut(&id) {
             c.hint_for_peer_mbps = hint;
+            c.hint_epoch = epoch;
+        }
+    }
+
+    /// Applies the joins `c` has not seen yet: while it was an active sender, each one
+    /// capped its hint at that join's share. Between two fair-share computations the joins'
+    /// shares only fall (`last_level_mbps` is their running minimum), so the last one is the
+    /// minimum of those it missed; a computation settles every sender it looks at.
+    pub(super) fn settle_hint(epoch: u64, cap: u32, c: &mut crate::conn::Connection) {
+        if c.hint_epoch < epoch {
+            if c.in_rx_active {
+                c.hint_for_peer_mbps = c.hint_for_peer_mbps.min(cap).max(1);
+            }
+            c.hint_epoch = epoch;
         }
     }
 
@@ -80,6 +94,7 @@ impl Endpoint {
             let Some(c) = self.conns.get_mut(&id) else {
                 continue;
             };
+            Self::settle_hint(self.join_epoch, self.join_cap_mbps, c);
             if now.saturating_sub(c.last_rx_at) > timeout {
                 c.in_rx_active = false;
                 c.rx_bytes_window = 0;
