@@ -435,3 +435,60 @@ fn due_pilots_wait_for_a_transmit_not_another_timeout() {
     }
     assert_eq!(pilots, conns.len());
 }
+
+/// A cold sender whose pilot carried its whole message and whose hint answer does not come
+/// (here: nothing reaches it): once the request's `initial_rto` has passed there is nothing
+/// to resend it with (COLD-1 wants data queued) and the pilot's loss is the TLP's and RTO's
+/// business, so no deadline may stay in the past. It did, until an ACK came, and every
+/// later event ran the connection's timeout again: 1,023 such connections per host kept the
+/// 1,024-host all-to-all from finishing.
+#[test]
+fn a_hint_request_with_nothing_left_to_send_sets_no_past_deadline() {
+    let (mut p, mut now) = Pair::new(shared);
+    let lkey = p.ma.register(1, 0x1000, 1024, access::LOCAL_WRITE);
+    let wr = SendWr {
+        wr_id: 1,
+        op: SendOp::Write {
+            rkey: 0,
+            raddr: 0x9000,
+            imm: None,
+        },
+        sgl: [Sge {
+            lkey,
+            addr: 0x1000,
+            len: 1024,
+        }]
+        .into_iter()
+        .collect(),
+        signaled: true,
+        solicited: false,
+        fence: false,
+    };
+    p.a.post_send(p.conn, 1, wr).unwrap();
+    let start = p.a.counters.conn_timeouts;
+    let (mut sent, mut data) = (0, 0);
+    // 300 µs of events every 100 ns; A's datagrams are lost, so no answer ever comes. (Later,
+    // at ~315 µs, the blacked-out path's own PROBE deadline is left in the past: a separate
+    // matter, not this test's.)
+    for _ in 0..3_000 {
+        if p.a.poll_timeout().is_some_and(|t| t <= now) {
+            p.a.handle_timeout(now);
+        }
+        while let Some(t) = p.a.poll_transmit(now, &mut p.buf, &mut p.ma) {
+            sent += 1;
+            if Packet::parse(&p.buf[..t.len]).unwrap().opcode() == Opcode::Write {
+                data += 1;
+            }
+        }
+        let next = p.a.poll_timeout();
+        assert!(
+            next.is_none_or(|t| t > now),
+            "deadline {next:?} still due at {now} after the timeout and a transmit"
+        );
+        now += 100;
+    }
+    let passes = p.a.counters.conn_timeouts - start;
+    assert!(data >= 1, "the pilot did not go");
+    // The pilot's timers (TLPs, the RTO) and the request's: a few dozen, not one per event.
+    assert!(passes < 100, "{passes} timeout passes for {sent} datagrams");
+}

@@ -155,7 +155,15 @@ impl Connection {
         }
         if let Some(at) = self.hint_req_at {
             if self.state == ConnState::Open {
-                min(Some(at + self.cfg.initial_rto_ns));
+                // The request's resend, or the data its wait held back, goes at a transmit:
+                // with nothing queued there is nothing to do then (the pilot may have carried
+                // the whole message; the TLP and RTO cover its loss), and once due it waits
+                // for a transmit like the pilot. Kept past, it fired again at every event
+                // until an ACK came (all-to-all on 1,024 hosts: 1,023 such per host).
+                let rto = at + self.cfg.initial_rto_ns;
+                if self.has_unsent() && !waiting(rto) {
+                    min(Some(rto));
+                }
                 // A pilot held only by a full NIC port needs no timer: the endpoint keeps
                 // the connection in its ready queue until the port drains.
                 if !self.port_blocked {
@@ -397,15 +405,16 @@ impl Connection {
         }
     }
 
-    /// A delayed-ACK, hint-answer or pilot time (as `deadlines` counts it) is at or before
-    /// `now`.
+    /// A delayed-ACK, hint-answer, pilot or hint-request resend time (as `deadlines` counts
+    /// it) is at or before `now`.
     fn send_deadline_passed(&self, now: u64) -> bool {
         if self.rx_due.iter().any(|&d| d <= now) {
             return true;
         }
         match self.hint_req_at {
-            Some(at) if self.state == ConnState::Open && !self.port_blocked => {
-                self.pilot_at.is_some_and(|p| p.max(at) <= now)
+            Some(at) if self.state == ConnState::Open => {
+                (!self.port_blocked && self.pilot_at.is_some_and(|p| p.max(at) <= now))
+                    || (self.has_unsent() && at + self.cfg.initial_rto_ns <= now)
             }
             _ => false,
         }
