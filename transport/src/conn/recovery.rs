@@ -139,37 +139,10 @@ impl Connection {
                 .map_or(u64::MAX, |f| f + self.cfg.ack_delay_ns);
             assert_eq!(d, r.hint_ack_at.unwrap_or(f), "rx timer row stale");
         }
-        let waiting = |d: u64| self.send_due_at.is_some_and(|w| d <= w);
-        let rx = self
-            .rx_due
-            .iter()
-            .copied()
-            .filter(|&d| !waiting(d))
-            .min()
-            .unwrap_or(u64::MAX);
-        if rx != u64::MAX {
-            min(Some(rx));
-        }
+        // Send deadlines already found due wait for a transmit (`send_due_at`), not a timer.
+        min(self.send_deadline_after(self.send_due_at));
         for (at, _) in &self.rnr_wait {
             min(Some(*at));
-        }
-        if let Some(at) = self.hint_req_at {
-            if self.state == ConnState::Open {
-                // The request's resend, or the data its wait held back, goes at a transmit:
-                // with nothing queued there is nothing to do then (the pilot may have carried
-                // the whole message; the TLP and RTO cover its loss), and once due it waits
-                // for a transmit like the pilot. Kept past, it fired again at every event
-                // until an ACK came (all-to-all on 1,024 hosts: 1,023 such per host).
-                let rto = at + self.cfg.initial_rto_ns;
-                if self.has_unsent() && !waiting(rto) {
-                    min(Some(rto));
-                }
-                // A pilot held only by a full NIC port needs no timer: the endpoint keeps
-                // the connection in its ready queue until the port drains.
-                if !self.port_blocked {
-                    min(self.pilot_at.map(|p| p.max(at)).filter(|&p| !waiting(p)));
-                }
-            }
         }
         let work = t;
         // Only future deadlines that `handle_timeout` clears, or the embedder would spin.
@@ -405,18 +378,44 @@ impl Connection {
         }
     }
 
-    /// A delayed-ACK, hint-answer, pilot or hint-request resend time (as `deadlines` counts
-    /// it) is at or before `now`.
+    /// Whether a send deadline (`send_deadline_after`) is at or before `now`.
     fn send_deadline_passed(&self, now: u64) -> bool {
-        if self.rx_due.iter().any(|&d| d <= now) {
-            return true;
-        }
-        match self.hint_req_at {
-            Some(at) if self.state == ConnState::Open => {
-                (!self.port_blocked && self.pilot_at.is_some_and(|p| p.max(at) <= now))
-                    || (self.has_unsent() && at + self.cfg.initial_rto_ns <= now)
+        self.send_deadline_after(None).is_some_and(|d| d <= now)
+    }
+
+    /// The earliest deadline later than `after` whose action is "send something" at the
+    /// next transmit: a receive path's delayed ACK or hint answer, the pilot, the hint
+    /// request's resend. Both `deadlines` and `handle_timeout` (for `send_due_at`) read it,
+    /// so they agree on what these deadlines are.
+    fn send_deadline_after(&self, after: Option<u64>) -> Option<u64> {
+        let mut t: Option<u64> = None;
+        let mut min = |x: Option<u64>| {
+            if let Some(x) = x.filter(|&x| after.is_none_or(|w| x > w)) {
+                t = Some(t.map_or(x, |t| t.min(x)));
             }
-            _ => false,
+        };
+        for &d in &self.rx_due {
+            if d != u64::MAX {
+                min(Some(d));
+            }
         }
+        if let Some(at) = self.hint_req_at {
+            if self.state == ConnState::Open {
+                // The request's resend, or the data its wait held back, goes at a transmit:
+                // with nothing queued there is nothing to do then (the pilot may have carried
+                // the whole message; the TLP and RTO cover its loss). Kept past, it fired
+                // again at every event until an ACK came (all-to-all on 1,024 hosts: 1,023
+                // such per host).
+                if self.has_unsent() {
+                    min(Some(at + self.cfg.initial_rto_ns));
+                }
+                // A pilot held only by a full NIC port needs no timer: the endpoint keeps
+                // the connection in its ready queue until the port drains.
+                if !self.port_blocked {
+                    min(self.pilot_at.map(|p| p.max(at)));
+                }
+            }
+        }
+        t
     }
 }
