@@ -166,6 +166,10 @@ impl Endpoint {
 
     /// Recompute the deadlines of the connections something happened to.
     fn flush_timers(&mut self) {
+        // Most calls (the end of every transmit pass) find nothing dirty.
+        if self.dirty.is_empty() {
+            return;
+        }
         let mut dirty = std::mem::take(&mut self.dirty);
         for id in dirty.drain(..) {
             self.rearm(id);
@@ -179,8 +183,7 @@ impl Endpoint {
             return;
         };
         c.timer_dirty = false;
-        c.refresh_timers();
-        let (d, work) = c.deadlines();
+        let (d, work) = c.refreshed_deadlines();
         c.work_at = work;
         if d != c.timer_at {
             c.timer_at = d;

@@ -430,8 +430,10 @@ fn quarter_octave(x: u64) -> u64 {
         return 0;
     }
     let k = 63 - x.leading_zeros();
-    let step = 1u64 << k.saturating_sub(2);
-    x.div_ceil(step) * step
+    // `x.div_ceil(step) * step` with `step` a power of two, without a division (this runs
+    // at every timer-table check).
+    let s = k.saturating_sub(2);
+    (((x - 1) >> s) + 1) << s
 }
 
 /// splitmix64: the entropy and id generator the spec names.

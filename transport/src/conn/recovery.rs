@@ -83,13 +83,24 @@ impl Connection {
     /// The next deadline, and the next one other than the pacer's (which, at a paced rate,
     /// comes once per packet and needs none of `handle_timeout`'s passes over the paths).
     pub(crate) fn deadlines(&self) -> (Option<u64>, Option<u64>) {
+        self.deadlines_with(self.timers_clean())
+    }
+
+    /// `deadlines` right after `refresh_timers`, which leaves the table clean: the check
+    /// (a `timer_basis` and its key compare) is not made twice per re-arm.
+    pub(crate) fn refreshed_deadlines(&mut self) -> (Option<u64>, Option<u64>) {
+        self.refresh_timers();
+        self.deadlines_with(true)
+    }
+
+    fn deadlines_with(&self, clean: bool) -> (Option<u64>, Option<u64>) {
+        debug_assert_eq!(clean, self.timers_clean());
         let mut t: Option<u64> = self.ctrl_at;
         let mut min = |x: Option<u64>| {
             if let Some(x) = x {
                 t = Some(t.map_or(x, |t| t.min(x)));
             }
         };
-        let clean = self.timers_clean();
         #[cfg(any(test, debug_assertions))]
         if clean {
             // The table must say what the paths say (checked in debug builds and in the
@@ -394,10 +405,16 @@ impl Connection {
                 t = Some(t.map_or(x, |t| t.min(x)));
             }
         };
-        for &d in &self.rx_due {
-            if d != u64::MAX {
-                min(Some(d));
-            }
+        // Branch-free over the rows (u64::MAX: none): a pass per re-arm on every receive path.
+        let rx = match after {
+            None => self.rx_due.iter().fold(u64::MAX, |m, &d| m.min(d)),
+            Some(w) => self
+                .rx_due
+                .iter()
+                .fold(u64::MAX, |m, &d| if d > w { m.min(d) } else { m }),
+        };
+        if rx != u64::MAX {
+            min(Some(rx));
         }
         if let Some(at) = self.hint_req_at {
             if self.state == ConnState::Open {
