@@ -108,38 +108,44 @@ impl Connection {
     /// `avoid` (the path that just lost this chunk) when another will do.
     pub(super) fn pick_path(&mut self, bytes: u32, avoid: u8) -> Option<usize> {
         let n = self.n_paths as usize;
-        let rule = self.usable_rule();
-        let mut best: Option<(usize, f64)> = None;
-        let mut fallback: Option<(usize, f64)> = None;
-        // Round robin from `rr`, without a division per path.
+        let mut scan = PathScan {
+            bytes,
+            avoid,
+            rule: self.usable_rule(),
+            tx_ready: self.tx_ready,
+            best: None,
+            fallback: None,
+            blocked: false,
+        };
+        // Round robin from `rr`: two straight runs, `rr..n` then `0..rr`, so the scan (every
+        // path, every packet) needs no wrapped index and no bounds check per path.
         let start = if self.rr < n { self.rr } else { 0 };
-        for k in 0..n {
-            let i = if start + k < n {
-                start + k
-            } else {
-                start + k - n
-            };
-            let Some(plane) = self.candidate(i, bytes, rule) else {
-                continue;
-            };
-            if plane >= 64 || self.tx_ready >> plane & 1 == 0 {
-                self.port_blocked = true; // would go, but its NIC port is full
-                continue;
-            }
-            // A fresh path carries nothing: load 0.
-            let l = self.paths.get(i).map_or(0.0, |p| p.load());
-            let slot = if i as u8 == avoid {
-                &mut fallback
-            } else {
-                &mut best
-            };
-            if slot.is_none_or(|(_, bl)| l < bl) {
-                *slot = Some((i, l));
-            }
+        self.scan_paths(start, n, &mut scan);
+        self.scan_paths(0, start, &mut scan);
+        if scan.blocked {
+            self.port_blocked = true; // one would go, but its NIC port is full
         }
-        let pick = best.or(fallback).map(|(i, _)| i)?;
+        let pick = scan.best.or(scan.fallback).map(|(i, _)| i)?;
         self.rr = if pick + 1 < n { pick + 1 } else { 0 };
         Some(pick)
+    }
+
+    /// `pick_path` over paths `from..to` in order: the built ones, then the fresh ones (a
+    /// fresh path is Good, empty, load 0), which are the indices past `paths`.
+    fn scan_paths(&self, from: usize, to: usize, sc: &mut PathScan) {
+        let built = to.min(self.paths.len());
+        for (i, p) in self.paths[from.min(built)..built].iter().enumerate() {
+            let usable = match sc.rule {
+                None => p.state == PathState::Good,
+                Some(newest) => p.failed_at == newest,
+            };
+            if usable && p.has_room(sc.bytes) {
+                sc.offer(from + i, p.plane, || p.load());
+            }
+        }
+        for i in from.max(built)..to {
+            sc.offer(i, self.fresh_plane(i), || 0.0);
+        }
     }
 
     /// When the pacer next lets a data packet go (spec/congestion.md §2.1): at `pace_next`
@@ -578,5 +584,37 @@ impl Connection {
             self.counters.retx_pkts += 1;
         }
         Ok(Some((len, entropy)))
+    }
+}
+
+/// The running choice of `pick_path`.
+struct PathScan {
+    bytes: u32,
+    avoid: u8,
+    rule: Option<u64>,
+    tx_ready: u64,
+    best: Option<(usize, f64)>,
+    fallback: Option<(usize, f64)>,
+    blocked: bool,
+}
+
+impl PathScan {
+    /// Path `i` may carry the packet on `plane`: keep it if its port has room and its load
+    /// (read only then) is the lowest so far; the first of equal loads wins.
+    #[inline]
+    fn offer(&mut self, i: usize, plane: u8, load: impl FnOnce() -> f64) {
+        if plane >= 64 || self.tx_ready >> plane & 1 == 0 {
+            self.blocked = true;
+            return;
+        }
+        let l = load();
+        let slot = if i as u8 == self.avoid {
+            &mut self.fallback
+        } else {
+            &mut self.best
+        };
+        if slot.is_none_or(|(_, bl)| l < bl) {
+            *slot = Some((i, l));
+        }
     }
 }
