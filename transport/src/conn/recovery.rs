@@ -55,16 +55,18 @@ impl Connection {
     pub(super) fn path_times(&self, i: usize) -> PathTimes {
         let t = self.pt_key;
         let p = &self.paths[i];
-        let own = [
-            p.probe_at,
-            p.home_probe_at,
-            p.rto_deadline(t.rto_extra(self.cfg.ack_delay_ns)),
-            self.tlp_at(p, &t),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(u64::MAX);
+        // u64::MAX for none, so the minimum is four compares (a `flatten().min()` over the
+        // options compiled to a loop with branches, a third of this function's time).
+        let none = u64::MAX;
+        let own = p
+            .probe_at
+            .unwrap_or(none)
+            .min(p.home_probe_at.unwrap_or(none))
+            .min(
+                p.rto_deadline(t.rto_extra(self.cfg.ack_delay_ns))
+                    .unwrap_or(none),
+            )
+            .min(self.tlp_at(p, &t).unwrap_or(none));
         PathTimes {
             own,
             oldest: p.oldest_in_flight().unwrap_or(u64::MAX),

@@ -296,6 +296,7 @@ impl Connection {
 
     /// The next chunk to send: resends first, then responses, then new request chunks;
     /// returns (chunk, path to avoid, is a resend).
+    #[inline] // returned through memory, its result was read back with a stalled load
     pub(super) fn next_chunk(&mut self) -> Option<(ChunkRef, u8, bool)> {
         loop {
             if let Some((c, a)) = self.retx.pop_front() {
