@@ -139,8 +139,19 @@ impl Connection {
                 None => p.state == PathState::Good,
                 Some(newest) => p.failed_at == newest,
             };
-            if usable && p.has_room(sc.bytes) {
-                sc.offer(from + i, p.plane, || p.load());
+            if !usable || !p.in_span() {
+                continue;
+            }
+            // `has_room` and `load` with one conversion of the bytes in flight between them.
+            let (inflight, cwnd) = (p.inflight_bytes as f64, p.cwnd());
+            let room = p.inflight_bytes == 0 || inflight + sc.bytes as f64 <= cwnd;
+            debug_assert_eq!(room, p.has_room(sc.bytes));
+            if room {
+                sc.offer(from + i, p.plane, || {
+                    let l = inflight / cwnd.max(1.0);
+                    debug_assert_eq!(l.to_bits(), p.load().to_bits());
+                    l
+                });
             }
         }
         for i in from.max(built)..to {
