@@ -15,6 +15,10 @@ pub(super) struct ConnTable {
     slots: Vec<Option<Box<Connection>>>,
     free: Vec<u32>,
     index: HashMap<u32, u32>,
+    /// The id `get_mut` found last and its slot: the endpoint's calls for one packet ask for
+    /// the same connection several times (receive, touch, re-arm, the timer heap's check),
+    /// and a compare is cheaper than a hash probe. Cleared when that id is removed.
+    last: Option<(u32, u32)>,
 }
 
 impl ConnTable {
@@ -30,13 +34,21 @@ impl ConnTable {
         self.index.is_empty()
     }
 
+    fn slot(&self, id: u32) -> Option<u32> {
+        match self.last {
+            Some((k, s)) if k == id => Some(s),
+            _ => self.index.get(&id).copied(),
+        }
+    }
+
     pub(super) fn get(&self, id: &u32) -> Option<&Connection> {
-        let s = *self.index.get(id)?;
+        let s = self.slot(*id)?;
         self.slots.get(s as usize)?.as_deref()
     }
 
     pub(super) fn get_mut(&mut self, id: &u32) -> Option<&mut Connection> {
-        let s = *self.index.get(id)?;
+        let s = self.slot(*id)?;
+        self.last = Some((*id, s));
         self.slots.get_mut(s as usize)?.as_deref_mut()
     }
 
@@ -61,6 +73,9 @@ impl ConnTable {
     }
 
     pub(super) fn remove(&mut self, id: &u32) -> Option<Connection> {
+        if self.last.is_some_and(|(k, _)| k == *id) {
+            self.last = None;
+        }
         let s = self.index.remove(id)?;
         let c = self.slots.get_mut(s as usize)?.take()?;
         self.free.push(s);
@@ -111,6 +126,7 @@ mod tests {
             t.insert(id, conn(id));
         }
         assert_eq!(t.values().count(), 3);
+        assert!(t.get_mut(&5).is_some()); // the cached id
         assert!(t.remove(&5).is_some());
         assert!(t.remove(&5).is_none());
         assert!(t.get(&5).is_none() && !t.contains_key(&5));
