@@ -233,15 +233,15 @@ impl LossCauses {
         for h in sim.hosts() {
             let Some(ep) = h.native() else { continue };
             for conn in ep.connections() {
-                c.rx_duplicates += conn.counters.rx_duplicates;
-                c.redundant += conn.counters.acks_redundant;
-                c.long_holds += conn.counters.rx_ack_holds_long;
-                c.max_hold_ns = c.max_hold_ns.max(conn.counters.rx_ack_hold_max_ns);
+                c.rx_duplicates += conn.counters().rx_duplicates;
+                c.redundant += conn.counters().acks_redundant;
+                c.long_holds += conn.counters().rx_ack_holds_long;
+                c.max_hold_ns = c.max_hold_ns.max(conn.counters().rx_ack_hold_max_ns);
                 for p in conn.paths() {
-                    c.sack_holes += p.counters.sack_holes;
-                    c.time_losses += p.counters.time_losses;
-                    c.tlps += p.counters.tlps;
-                    c.rtos += p.counters.rtos;
+                    c.sack_holes += p.counters().sack_holes;
+                    c.time_losses += p.counters().time_losses;
+                    c.tlps += p.counters().tlps;
+                    c.rtos += p.counters().rtos;
                 }
             }
         }

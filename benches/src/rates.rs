@@ -228,7 +228,7 @@ impl Sampler {
                 let Some(&src) = self.by_ip.get(&c.peer) else {
                     continue;
                 };
-                let now = c.counters.rx_payload_bytes;
+                let now = c.counters().rx_payload_bytes;
                 let prev = self.last.insert(c.id, now).unwrap_or(0);
                 if now > prev {
                     self.log.arrivals[src].push((g, now - prev));

@@ -767,7 +767,7 @@ pub fn run_one(cfg: &CoreConfig, payload: u32, paths: u8, floor: f64) -> CoreRow
     row.acks_counted = p
         .peer_conn
         .and_then(|c| p.b.connection(c))
-        .map(|c| c.counters.acks_sent)
+        .map(|c| c.counters().acks_sent)
         .unwrap_or(0);
     row.errors = std::mem::take(&mut p.errors);
     let want = STREAMS as u64 * p.per_stream as u64 * p.msg as u64;

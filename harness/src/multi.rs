@@ -133,7 +133,7 @@ pub fn rx_bytes_by_conn(host: &NodeHost) -> Vec<(ConnId, Ipv4Addr, u64)> {
     match host.native() {
         Some(ep) => ep
             .connections()
-            .map(|c| (c.id, c.peer, c.counters.rx_payload_bytes))
+            .map(|c| (c.id, c.peer, c.counters().rx_payload_bytes))
             .collect(),
         None => Vec::new(),
     }

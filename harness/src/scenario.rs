@@ -145,8 +145,8 @@ pub fn report(sim: &Sim<NodeHost>, c: HostId, s: HostId, completed: bool) -> Run
     let conn_of = |h: &NodeHost| {
         h.native().and_then(|ep| ep.connections().next()).map(|c| {
             (
-                c.counters,
-                c.paths().iter().map(|p| p.counters).collect::<Vec<_>>(),
+                c.counters(),
+                c.paths().iter().map(|p| p.counters()).collect::<Vec<_>>(),
             )
         })
     };

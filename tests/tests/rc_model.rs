@@ -685,7 +685,7 @@ fn run(case: &Case) -> Result<u64, String> {
         }
     }
     Ok(match &b.eng {
-        Engine::Native(e) => e.connections().map(|c| c.counters.rx_ordered_held).sum(),
+        Engine::Native(e) => e.connections().map(|c| c.counters().rx_ordered_held).sum(),
         Engine::Roce(_) => 0,
     })
 }

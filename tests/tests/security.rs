@@ -358,7 +358,7 @@ fn bad_remote_requests_are_refused_and_touch_nothing() {
         .unwrap()
         .connection(st.conn_b)
         .unwrap()
-        .counters;
+        .counters();
     let a = st
         .sim
         .host(A)
@@ -366,7 +366,7 @@ fn bad_remote_requests_are_refused_and_touch_nothing() {
         .unwrap()
         .connection(st.conn_a)
         .unwrap()
-        .counters;
+        .counters();
     assert!(b.remote_access_refused >= 12, "{b:?}");
     assert!(
         b.nacks_sent[NackReason::RemoteAccess as usize] >= 12,
@@ -639,7 +639,7 @@ fn receive_outside_its_domain_is_a_remote_operational_error() {
             .unwrap()
             .connection(cb)
             .unwrap()
-            .counters;
+            .counters();
         assert_eq!(c.rx_local_errors, 1, "lossy {lossy}");
         assert!(c.nacks_sent[NackReason::RemoteOperation as usize] >= 1);
     }

@@ -3,6 +3,7 @@
 //! `handle_datagram`, `poll_transmit`, `poll_timeout`/`handle_timeout`, `poll_completion`.
 
 use crate::api::*;
+use crate::at::At;
 use crate::config::{ConnConfig, EndpointConfig};
 use crate::conn::{splitmix64, ConnState, Connection};
 use crate::counters::EndpointCounters;
@@ -184,9 +185,9 @@ impl Endpoint {
         };
         c.timer_dirty = false;
         let (d, work) = c.refreshed_deadlines();
-        c.work_at = work;
-        if d != c.timer_at {
-            c.timer_at = d;
+        c.work_at = At::from(work);
+        if d != c.timer_at.get() {
+            c.timer_at = At::from(d);
             if let Some(t) = d {
                 self.timers.push(Reverse((t, id)));
             }
@@ -195,7 +196,9 @@ impl Endpoint {
     }
 
     fn timer_live(&self, t: u64, id: u32) -> bool {
-        self.conns.get(&id).is_some_and(|c| c.timer_at == Some(t))
+        self.conns
+            .get(&id)
+            .is_some_and(|c| c.timer_at.get() == Some(t))
     }
 
     /// Drop dead entries from the top of the timer heap, so `poll_timeout` can peek.
@@ -216,7 +219,7 @@ impl Endpoint {
     pub fn compact_idle(&mut self) {
         self.flush_timers();
         for c in self.conns.values_mut() {
-            if c.timer_at.is_none() && c.is_idle() {
+            if c.timer_at.get().is_none() && c.is_idle() {
                 c.compact();
             }
         }
@@ -512,7 +515,7 @@ impl Endpoint {
                 self.ready.push_back(id);
             } else if out.is_none() {
                 // It leaves the queue: a send deadline still past fires again.
-                conn.send_due_at = None;
+                conn.send_due_at = At::from(None);
             }
             if let Some((len, port, nic)) = out {
                 self.touch(id); // back in the queue, at the tail
@@ -578,8 +581,12 @@ impl Endpoint {
             }
             self.timers.pop();
             // Clearing `timer_at` here makes a duplicate entry dead: no search of `due`.
-            if let Some(c) = self.conns.get_mut(&id).filter(|c| c.timer_at == Some(t)) {
-                c.timer_at = None;
+            if let Some(c) = self
+                .conns
+                .get_mut(&id)
+                .filter(|c| c.timer_at.get() == Some(t))
+            {
+                c.timer_at = At::from(None);
                 due.push(id);
             }
         }
@@ -696,7 +703,7 @@ impl crate::api::Transport for Endpoint {
     fn totals(&self) -> TransportTotals {
         let mut t = TransportTotals::default();
         for c in self.conns.values() {
-            let k = &c.counters;
+            let k = c.counters();
             t.tx_pkts += k.tx_pkts;
             t.tx_payload_bytes += k.tx_payload_bytes;
             t.retx_pkts += k.retx_pkts;

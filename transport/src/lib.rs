@@ -8,6 +8,7 @@
 //!   pointers); [`mem::Regions`] is a safe implementation over owned buffers.
 
 pub mod api;
+mod at;
 mod bits;
 pub mod cc;
 pub mod cm;

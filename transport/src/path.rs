@@ -1,11 +1,12 @@
 //! One path of a connection: its own entropy, PSN space, window, RTT and state, on the sending
 //! side; and its cumulative PSN plus 256-bit receive window on the receiving side.
 
+use crate::at::At;
 use crate::cc::{new_controller, AckSample, Controller};
 use crate::config::ConnConfig;
-use crate::counters::PathCounters;
+use crate::conn::slim::SlimDeque;
+use crate::counters::{CounterStore, PathCounters};
 use crate::wire::{psn_diff, psn_lt, Sack256};
-use std::collections::VecDeque;
 
 /// The path state machine (spec/transport.md, "Path states").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,11 +66,12 @@ pub struct TxPath {
     pub next_psn: u32,
     /// PSN of `sent[0]`.
     base_psn: u32,
-    sent: VecDeque<Sent>,
+    /// One pointer while nothing is in flight and the path was compacted.
+    sent: SlimDeque<Sent>,
     /// Send times of the oldest and the newest packet in flight, kept where fates change
     /// (`on_send`, `trim`), so the deadlines read two fields instead of the `sent` queue.
-    oldest_at: Option<u64>,
-    newest_at: Option<u64>,
+    oldest_at: At,
+    newest_at: At,
     pub inflight_bytes: u64,
     /// The path's congestion controller: it owns the window; `cwnd` is its window as of its
     /// last change, read per packet without a virtual call.
@@ -94,7 +96,8 @@ pub struct TxPath {
     pub last_ack_at: u64,
     /// Tail-loss probes sent since the last ACK progress (each waits twice as long).
     pub(crate) tlps_sent: u8,
-    pub counters: PathCounters,
+    /// Read with [`TxPath::counters`]; folded to its nonzero words while idle.
+    counters: CounterStore<PathCounters>,
 }
 
 /// Consecutive losses (with no acknowledgement in between) that make a path Suspect without
@@ -134,9 +137,9 @@ impl TxPath {
             generation: 0,
             next_psn: 0,
             base_psn: 0,
-            sent: VecDeque::new(),
-            oldest_at: None,
-            newest_at: None,
+            sent: SlimDeque::new(),
+            oldest_at: At::NONE,
+            newest_at: At::NONE,
             inflight_bytes: 0,
             cwnd: init_cwnd,
             cc: new_controller(cfg, init_cwnd, max_cwnd),
@@ -153,13 +156,23 @@ impl TxPath {
             consec_lost: 0,
             last_ack_at: 0,
             tlps_sent: 0,
-            counters: PathCounters::default(),
+            counters: CounterStore::default(),
         }
     }
 
     /// Give back the send record's spare capacity (the connection has gone idle).
     pub(crate) fn compact(&mut self) {
         self.sent.shrink_to_fit();
+        self.counters.fold();
+    }
+
+    /// The path's counters.
+    pub fn counters(&self) -> PathCounters {
+        self.counters.get()
+    }
+
+    pub(crate) fn counters_mut(&mut self) -> &mut PathCounters {
+        self.counters.live()
     }
 
     /// Lowest PSN still in flight (the `floor` of the sequence header).
@@ -198,8 +211,10 @@ impl TxPath {
     pub fn on_send(&mut self, chunk: ChunkRef, bytes: u32, now: u64, retx: bool) -> u32 {
         let psn = self.next_psn;
         self.next_psn = psn.wrapping_add(1);
-        self.newest_at = Some(now);
-        self.oldest_at.get_or_insert(now);
+        self.newest_at = At::from(Some(now));
+        if self.oldest_at.get().is_none() {
+            self.oldest_at = At::from(Some(now));
+        }
         self.sent.push_back(Sent {
             chunk,
             bytes,
@@ -207,10 +222,10 @@ impl TxPath {
             fate: Fate::InFlight,
         });
         self.inflight_bytes += bytes as u64;
-        self.counters.tx_pkts += 1;
-        self.counters.tx_bytes += bytes as u64;
+        self.counters.live().tx_pkts += 1;
+        self.counters.live().tx_bytes += bytes as u64;
         if retx {
-            self.counters.retx_pkts += 1;
+            self.counters.live().retx_pkts += 1;
         }
         psn
     }
@@ -266,13 +281,14 @@ impl TxPath {
             self.sent.pop_front();
             self.base_psn = self.base_psn.wrapping_add(1);
         }
-        self.oldest_at = self.sent.front().map(|s| s.sent_at);
-        self.newest_at = self
-            .sent
-            .iter()
-            .rev()
-            .find(|s| s.fate == Fate::InFlight)
-            .map(|s| s.sent_at);
+        self.oldest_at = At::from(self.sent.front().map(|s| s.sent_at));
+        self.newest_at = At::from(
+            self.sent
+                .iter()
+                .rev()
+                .find(|s| s.fate == Fate::InFlight)
+                .map(|s| s.sent_at),
+        );
     }
 
     /// Whether an ACK (`cum`: the first PSN not received; `sack` bit i: PSN cum + 1 + i)
@@ -315,7 +331,7 @@ impl TxPath {
         cfg: &ConnConfig,
         out: &mut AckOutcome,
     ) {
-        let acked_before = self.counters.acked_pkts;
+        let acked_before = self.counters.live().acked_pkts;
         out.acked.clear();
         out.lost.clear();
         out.progress = false;
@@ -360,7 +376,7 @@ impl TxPath {
                 if e.fate == Fate::InFlight {
                     e.fate = Fate::Gone;
                     self.inflight_bytes -= e.bytes as u64;
-                    self.counters.sack_holes += 1;
+                    self.counters.live().sack_holes += 1;
                     out.lost.push(e.chunk);
                 }
             }
@@ -381,7 +397,7 @@ impl TxPath {
         if let Some(rtt) = rtt_sample {
             self.on_rtt(rtt, cfg);
         }
-        let newly = self.counters.acked_pkts - acked_before;
+        let newly = self.counters.live().acked_pkts - acked_before;
         let base = self.min_rtt_ns.min(conn_min_rtt);
         self.on_ecn(cum, ecn_ce, out, newly, rtt_sample, base);
         self.trim();
@@ -436,7 +452,7 @@ impl TxPath {
             lost.push(e.chunk);
         }
         if !lost.is_empty() {
-            self.counters.time_losses += lost.len() as u64;
+            self.counters.live().time_losses += lost.len() as u64;
             self.note_losses(now, lost.len() as u32);
             self.trim();
         }
@@ -446,6 +462,7 @@ impl TxPath {
     /// When `detect_time_losses` would next find something, given no further ACK.
     pub(crate) fn time_loss_deadline(&self, rack_time: u64, delay: u64) -> Option<u64> {
         self.oldest_at
+            .get()
             .filter(|&t| t < rack_time)
             .map(|t| t.max(self.last_ack_at) + delay)
     }
@@ -462,7 +479,7 @@ impl TxPath {
             Fate::InFlight => {
                 e.fate = Fate::Acked;
                 self.inflight_bytes -= e.bytes as u64;
-                self.counters.acked_pkts += 1;
+                self.counters.live().acked_pkts += 1;
                 out.acked.push(e.chunk);
             }
             // A packet declared lost arrived after all (reordering): credit the chunk once more;
@@ -511,7 +528,7 @@ impl TxPath {
         } else {
             0
         };
-        self.counters.ecn_echoed += new_marks;
+        self.counters.live().ecn_echoed += new_marks;
         let s = AckSample {
             acked_pkts: newly,
             acked_bytes: out.acked.len() as u64 * self.mtu as u64,
@@ -522,7 +539,7 @@ impl TxPath {
             min_rtt_ns: (base != u64::MAX).then_some(base),
         };
         if self.cc.on_ack(&s) {
-            self.counters.cwnd_decreases += 1;
+            self.counters.live().cwnd_decreases += 1;
         }
         self.cwnd = self.cc.window();
     }
@@ -543,19 +560,19 @@ impl TxPath {
 
     /// Send time of the oldest packet in flight.
     pub(crate) fn oldest_in_flight(&self) -> Option<u64> {
-        self.oldest_at
+        self.oldest_at.get()
     }
 
     /// Whether any packet of the path is in flight (a zero-byte one included).
     pub(crate) fn has_in_flight(&self) -> bool {
-        self.oldest_at.is_some()
+        self.oldest_at.get().is_some()
     }
 
     /// Deadline of the tail-loss timer: the oldest packet in flight plus the RTO, plus
     /// `extra`: how much longer than the configured ACK delay the peer holds its ACKs (RTT
     /// samples leave the hold out).
     pub fn rto_deadline(&self, extra: u64) -> Option<u64> {
-        self.oldest_at.map(|t| t + self.rto_ns + extra)
+        self.oldest_at.get().map(|t| t + self.rto_ns + extra)
     }
 
     /// Tail-loss probe deadline: the path has had data in flight and heard nothing for
@@ -574,7 +591,7 @@ impl TxPath {
         if self.tlps_sent >= MAX_TLPS {
             return None;
         }
-        let newest_at = self.newest_at?;
+        let newest_at = self.newest_at.get()?;
         let srtt = self
             .srtt_ns
             .map(|s| s as u64)
@@ -599,7 +616,7 @@ impl TxPath {
             .rev()
             .find(|s| s.fate == Fate::InFlight)?
             .chunk;
-        self.counters.tlps += 1;
+        self.counters.live().tlps += 1;
         Some(c)
     }
 
@@ -614,7 +631,7 @@ impl TxPath {
         }
         self.inflight_bytes = 0;
         self.trim();
-        self.counters.rtos += 1;
+        self.counters.live().rtos += 1;
         self.rto_count += 1;
         self.rto_ns = (self.rto_ns * 2).min(cfg.max_rto_ns);
         match self.state {
@@ -634,7 +651,7 @@ impl TxPath {
         self.state = PathState::Probing;
         self.failed_at = now;
         self.probe_at = Some(now);
-        self.counters.failures += 1;
+        self.counters.live().failures += 1;
     }
 }
 

@@ -110,8 +110,8 @@ fn deliver_burst(p: &mut Pair, pkts: &[Vec<u8>]) -> Vec<Vec<u8>> {
 /// before the burst (the warm-up's ACKs may be ACK_MULTIs too).
 fn run_burst(ack_multi: bool) -> (Vec<Vec<u8>>, usize, Pair, ConnCounters, ConnCounters) {
     let (mut p, lkey, rkey) = warm_pair(|c| c.conn.ack_multi = ack_multi);
-    let a0 = p.a.connection(p.a_conn).unwrap().counters;
-    let b0 = p.b.connections().next().unwrap().counters;
+    let a0 = p.a.connection(p.a_conn).unwrap().counters();
+    let b0 = p.b.connections().next().unwrap().counters();
     let base = 2 * PATHS as u64;
     for i in 0..PATHS as u64 {
         p.a.post_send(p.a_conn, 1, write_wr(base + i, lkey, rkey, base + i))
@@ -156,9 +156,9 @@ fn a_burst_over_many_paths_is_acknowledged_by_one_datagram() {
     assert_eq!(seen.len(), paths);
     // In-order paths carry no SACK words: 20 bytes each.
     assert_eq!(acks[0].len(), 20 + 20 * paths);
-    let a = p.a.connection(p.a_conn).unwrap().counters;
+    let a = p.a.connection(p.a_conn).unwrap().counters();
     assert_eq!(a.ack_multi_received - a0.ack_multi_received, 1);
-    let b = p.b.connections().next().unwrap().counters;
+    let b = p.b.connections().next().unwrap().counters();
     assert_eq!(b.ack_multi_sent - b0.ack_multi_sent, 1);
     assert_eq!(b.ack_blocks_sent - b0.ack_blocks_sent, paths as u64);
 }
@@ -200,13 +200,13 @@ fn a_block_for_an_unknown_path_is_counted_and_the_others_are_processed() {
         ..AckBlock::default()
     }));
     let n = w.finish().unwrap();
-    let before = p.a.connection(p.a_conn).unwrap().counters.rx_bad_path;
+    let before = p.a.connection(p.a_conn).unwrap().counters().rx_bad_path;
     p.a.handle_datagram(p.now, B, 50_000, false, &buf[..n], &mut p.ma);
     let c =
         p.a.poll_completion()
             .expect("the good block completes the WRITE");
     assert_eq!((c.wr_id, c.status), (base, Status::Success));
-    let after = p.a.connection(p.a_conn).unwrap().counters.rx_bad_path;
+    let after = p.a.connection(p.a_conn).unwrap().counters().rx_bad_path;
     assert_eq!(after, before + 1);
 }
 
@@ -333,7 +333,7 @@ fn spaced_packets_over_many_paths_share_their_delayed_acks() {
             if is_data {
                 data += 1;
                 if data == SKIP {
-                    acks0 = Some(p.b.connections().next().unwrap().counters.acks_sent);
+                    acks0 = Some(p.b.connections().next().unwrap().counters().acks_sent);
                 }
                 if data > SKIP {
                     paths.insert(pkt.path);
@@ -358,7 +358,7 @@ fn spaced_packets_over_many_paths_share_their_delayed_acks() {
         p.now += GAP_NS;
     }
     assert_eq!(done, WRS, "only {done} of {WRS} WRITEs completed");
-    let acks = p.b.connections().next().unwrap().counters.acks_sent - acks0.unwrap();
+    let acks = p.b.connections().next().unwrap().counters().acks_sent - acks0.unwrap();
     let per_pkt = acks as f64 / (data - SKIP) as f64;
     eprintln!(
         "{} data packets over {} paths, {acks} ACK datagrams: {per_pkt:.3} per packet",

@@ -38,7 +38,7 @@ fn bulk() -> (u64, u64, u64) {
         p.a.post_send(p.a_conn, 1, wr(i, op, sge(lkey, 0x1000 + off, len)))
             .unwrap();
     }
-    let acks0 = p.b.connections().next().unwrap().counters.acks_sent;
+    let acks0 = p.b.connections().next().unwrap().counters().acks_sent;
     let (mut data, mut done, mut final_at) = (0u64, 0u64, None);
     for _ in 0..20_000 {
         for e in [&mut p.a, &mut p.b] {
@@ -66,7 +66,7 @@ fn bulk() -> (u64, u64, u64) {
             done += 1;
         }
         if done == WRS {
-            let acks = p.b.connections().next().unwrap().counters.acks_sent - acks0;
+            let acks = p.b.connections().next().unwrap().counters().acks_sent - acks0;
             return (data, acks, p.now - final_at.expect("no final packet"));
         }
         p.now += 100;

@@ -37,11 +37,11 @@ fn ack(cum_psn: u32, sack: Sack256) -> Body<'static> {
 }
 
 fn a_counters(p: &Pair) -> ConnCounters {
-    p.a.connection(p.a_conn).unwrap().counters
+    p.a.connection(p.a_conn).unwrap().counters()
 }
 
 fn b_counters(p: &Pair) -> ConnCounters {
-    p.b.connection(ConnId(p.to_b)).unwrap().counters
+    p.b.connection(ConnId(p.to_b)).unwrap().counters()
 }
 
 /// A's WRITE of `n` chunks (0x5a) into B's region at `DST`; returns B's key.
@@ -536,9 +536,9 @@ fn a_requester_that_never_acknowledges_responses_makes_the_responder_keep_one_wi
     assert_eq!(c.state, ConnState::Open);
     // Every request executed (B's window moved on), but only the responses of the last
     // window are kept: MSN n acknowledged everything at or before n - 1024.
-    assert_eq!(c.counters.messages_completed_rx, N as u64);
+    assert_eq!(c.counters().messages_completed_rx, N as u64);
     assert_eq!(c.responses_held(), 1024);
-    assert_eq!(c.counters.responses_retired_unacked, (N - 1024) as u64);
+    assert_eq!(c.counters().responses_retired_unacked, (N - 1024) as u64);
     // Each atomic executed once.
     let adds = (0..N).filter(|m| m % 5 == 4).count() as u64;
     let r = p.mb.region(k).unwrap();

@@ -165,7 +165,7 @@ fn a_connection_restricted_to_one_plane_sends_only_on_it() {
             .unwrap()
             .paths()
             .iter()
-            .map(|p| p.counters.tx_pkts)
+            .map(|p| p.counters().tx_pkts)
             .collect();
 
     let only1 = burst(&mut a, &mut b, ca, &mut now, 8, keys);
@@ -178,7 +178,7 @@ fn a_connection_restricted_to_one_plane_sends_only_on_it() {
     for (p, t0) in c.paths().iter().zip(&tx_before) {
         assert_eq!(p.plane, 1, "path {} on plane {}", p.index, p.plane);
         assert!(
-            p.counters.tx_pkts > *t0,
+            p.counters().tx_pkts > *t0,
             "path {} still carries data",
             p.index
         );

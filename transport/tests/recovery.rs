@@ -61,9 +61,9 @@ fn a_lost_read_request_is_found_by_the_time_rule() {
     );
     let conn = p.a.connection(p.a_conn).unwrap();
     assert!(
-        conn.counters.time_losses >= 1,
+        conn.counters().time_losses >= 1,
         "the lost READ request was not found by the time rule: {:?}",
-        conn.counters
+        conn.counters()
     );
 }
 
@@ -88,7 +88,7 @@ fn ordered_payloads_past_the_hold_limit_are_dropped_and_resent_and_held_ones_pla
         &[2; P as usize],
     );
     assert!(none.is_empty(), "a drop is not NACKed");
-    let c = p.b.connections().next().unwrap().counters;
+    let c = p.b.connections().next().unwrap().counters();
     assert_eq!((c.rx_ordered_held, c.rx_ordered_dropped), (1, 1));
     let mem = |p: &Pair| p.mb.region(rkey).unwrap().data[..2 * P as usize].to_vec();
     assert!(
@@ -329,7 +329,7 @@ fn acks_held_by_a_busy_receiver_cause_no_resends() {
             p.now += 1_000;
         }
         assert_eq!(done, writes, "the writes did not complete");
-        let c = p.a.connection(p.a_conn).unwrap().counters;
+        let c = p.a.connection(p.a_conn).unwrap().counters();
         assert!(c.rx_ack_hold_max_ns >= 30_000, "{c:?}");
         (c.retx_pkts, c.acks_redundant, c.rtos)
     };

@@ -27,7 +27,7 @@ fn setup(secret: [u8; 16]) -> (Pair, u32, u32) {
 }
 
 fn b_counters(p: &Pair) -> ConnCounters {
-    p.b.connection(ConnId(p.to_b)).unwrap().counters
+    p.b.connection(ConnId(p.to_b)).unwrap().counters()
 }
 
 /// One crafted single-packet WRITE of 0x77s to the target under `rkey`; B's NACKs.

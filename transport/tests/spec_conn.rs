@@ -244,7 +244,7 @@ fn an_opening_initiator_sends_only_open_and_drops_data_that_overtakes_the_open_a
         "answered"
     );
     let c = a.connection(conn).unwrap();
-    assert_eq!((c.state, c.counters.rx_not_open), (ConnState::Opening, 1));
+    assert_eq!((c.state, c.counters().rx_not_open), (ConnState::Opening, 1));
     assert!(
         ma.region(rkey).unwrap().data.iter().all(|&b| b == 0),
         "placed"

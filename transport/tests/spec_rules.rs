@@ -434,7 +434,7 @@ fn a_responder_takes_a_whole_window_of_reads_and_the_requester_holds_the_next() 
     }
     assert_eq!(msns.len() as u32, N, "READs started");
     assert_eq!(msns.last().copied(), Some(N - 1), "the 1025th READ started");
-    let b = p.b.connection(ConnId(p.to_b)).unwrap().counters;
+    let b = p.b.connection(ConnId(p.to_b)).unwrap().counters();
     assert_eq!(b.nacks_sent.iter().sum::<u64>(), 0, "B refused some: {b:?}");
     assert!(p.a.poll_completion().is_none());
     // Now the responses get through: all 1025 READs complete, in order, every byte read.

@@ -84,7 +84,7 @@ fn a_path_made_suspect_by_an_rto_sends_one_probe_then_fails_and_probe_seq_starts
     assert_eq!(probes[2].2, 3);
     assert!(probes[2].0 - probes[1].0 <= 1_000, "{probes:?}");
     let conn = p.a.connection(p.a_conn).unwrap();
-    assert_eq!(conn.counters.path_failures, 1, "{:?}", conn.counters);
+    assert_eq!(conn.counters().path_failures, 1, "{:?}", conn.counters());
 }
 
 // checks: [CMPL-1] [LOSS-1] [LOSS-2]
@@ -119,7 +119,7 @@ fn a_sack_hole_is_resent_under_a_new_psn_and_completions_stay_in_msn_order() {
         p.a.poll_completion().is_none(),
         "WR 2 completed before WR 1, which comes first in MSN order"
     );
-    let c = p.a.connection(p.a_conn).unwrap().counters;
+    let c = p.a.connection(p.a_conn).unwrap().counters();
     assert_eq!(c.sack_holes, 1, "{c:?}");
     // The hole is resent at once, under a new PSN.
     let resent = held_data(&mut p);

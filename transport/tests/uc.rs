@@ -132,10 +132,10 @@ fn a_lost_packet_loses_its_message_and_nothing_is_resent() {
     assert_eq!(&d[..200], &before[..200], "the lost WRITE placed nothing");
     assert_eq!(&d[0x400..0x400 + 100], &s[..100]);
     assert_eq!(&d[0x800..0x800 + 128], &s[..128]);
-    let c = p.b.connections().next().unwrap().counters;
+    let c = p.b.connections().next().unwrap().counters();
     assert_eq!((c.uc_msgs_dropped, c.uc_pkts_dropped), (1, 5));
     assert_eq!(c.nacks_sent.iter().sum::<u64>(), 0);
-    let ca = p.a.connections().next().unwrap().counters;
+    let ca = p.a.connections().next().unwrap().counters();
     assert_eq!(ca.retx_pkts, 0);
 }
 
@@ -156,7 +156,7 @@ fn disagreeing_ends_and_missing_receives_are_dropped_without_nack() {
     // A reliable packet on the unreliable stream: dropped and counted, no NACK.
     let nacks = p.send_b(flags::LAST, msg(1, 0, 10), rsn, &[1; 10]);
     assert!(nacks.is_empty());
-    let c = p.b.connections().next().unwrap().counters;
+    let c = p.b.connections().next().unwrap().counters();
     assert_eq!((c.uc_no_recv, c.uc_refused), (1, 1));
     // An unreliable packet on a reliable stream is refused as an invalid request.
     p.b.destroy_stream(b_conn, 1).unwrap();

@@ -148,7 +148,7 @@ fn path_info(c: &Connection) -> Vec<FerrocedvPath> {
 }
 
 fn path_entry(p: &ferroce_transport::path::TxPath) -> FerrocedvPath {
-    let k = &p.counters;
+    let k = &p.counters();
     let srtt = p.srtt_ns.filter(|s| s.is_finite() && *s >= 0.0);
     FerrocedvPath {
         comp_mask: if srtt.is_some() { PATH_MASK_SRTT } else { 0 },

@@ -301,9 +301,9 @@ fn conn_sums(e: &Engine) -> (u64, u64, u64) {
     };
     ep.connections().fold((0, 0, 0), |(r, a, t), c| {
         (
-            r + c.counters.rx_pkts,
-            a + c.counters.acks_sent,
-            t + c.counters.tx_pkts,
+            r + c.counters().rx_pkts,
+            a + c.counters().acks_sent,
+            t + c.counters().tx_pkts,
         )
     })
 }

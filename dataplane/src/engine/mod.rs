@@ -836,7 +836,7 @@ impl Engine {
                     ConnState::Closed => "closed",
                     ConnState::Failed => "failed",
                 };
-                conns.push(counters::conn_json(c.id.0, c.peer, st, &c.counters));
+                conns.push(counters::conn_json(c.id.0, c.peer, st, &c.counters()));
             }
         } else if let Some(ep) = self
             .transport

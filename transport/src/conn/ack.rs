@@ -14,7 +14,7 @@ struct AckDone {
 impl Connection {
     pub(super) fn on_ack(&mut self, now: u64, path: u8, a: &AckRepr) {
         if path as usize >= self.n_paths as usize {
-            self.counters.rx_bad_path += 1;
+            self.counters.live().rx_bad_path += 1;
             return;
         }
         let block = AckBlock {
@@ -34,12 +34,12 @@ impl Connection {
     /// An ACK_MULTI: the hint once, each block as its path's ACK, then loss detection and
     /// completions once for all of them (spec/transport.md §5.3).
     pub(super) fn on_ack_multi(&mut self, now: u64, m: &AckMultiRepr<'_>) {
-        self.counters.ack_multi_received += 1;
+        self.counters.live().ack_multi_received += 1;
         let mut done = AckDone::default();
         let mut begun = false;
         for b in m.blocks() {
             if b.path as usize >= self.n_paths as usize {
-                self.counters.rx_bad_path += 1;
+                self.counters.live().rx_bad_path += 1;
                 continue;
             }
             if !begun {
@@ -56,19 +56,19 @@ impl Connection {
     /// What every ACK datagram tells, whatever paths it covers: the peer is alive and the
     /// hint it gives.
     fn ack_begin(&mut self, now: u64, rate_hint_mbps: u32) {
-        self.counters.acks_received += 1;
+        self.counters.live().acks_received += 1;
         self.last_ack_at = now;
         self.ack_req_out = false;
         let was_cold = self.hint_req_at.take().is_some();
         self.hint_tries = 0;
         if rate_hint_mbps != 0 {
             self.apply_hint(rate_hint_mbps);
-            if was_cold && self.pilot_sent_at.is_none() {
+            if was_cold && self.pilot_sent_at.get().is_none() {
                 // No pilot went (the pacing after one is set below): data starts at the
                 // pilot's (random) time if that is still ahead; otherwise senders released by
                 // the same fair-share decision would all send at once, so start at a
                 // deterministic pseudo-random point of one gap.
-                self.pace_next = match self.pilot_at {
+                self.pace_next = match self.pilot_at.get() {
                     Some(t) if t > now => t,
                     _ => now + splitmix64(self.seed ^ now) % self.hint_gap().max(1),
                 };
@@ -76,7 +76,7 @@ impl Connection {
                 self.pace_armed = self.pace_next > now;
             }
         }
-        self.pilot_at = None;
+        self.pilot_at = At::from(None);
     }
 
     /// One path's acknowledgement (`b.path` checked by the caller).
@@ -85,19 +85,22 @@ impl Connection {
         self.grow_tx(p);
         if self.paths[p].ack_names_unsent(a.cum_psn, &a.sack) {
             // Believing it would complete work the peer never received.
-            self.counters.rx_acks_bogus += 1;
+            self.counters.live().rx_acks_bogus += 1;
             return;
         }
         if self.paths[p].ack_is_stale(a.cum_psn) {
-            self.counters.rx_acks_stale += 1;
+            self.counters.live().rx_acks_stale += 1;
         }
         let hold = (a.ack_delay_ns as u64).min(MAX_PEER_HOLD_NS);
         if hold > self.cfg.ack_delay_ns {
-            self.counters.rx_ack_holds_long += 1;
+            self.counters.live().rx_ack_holds_long += 1;
         }
         // The counter keeps the hold as reported, past the timers' cap: a diagnostic.
-        self.counters.rx_ack_hold_max_ns =
-            self.counters.rx_ack_hold_max_ns.max(a.ack_delay_ns as u64);
+        self.counters.live().rx_ack_hold_max_ns = self
+            .counters
+            .live()
+            .rx_ack_hold_max_ns
+            .max(a.ack_delay_ns as u64);
         // Up at once, down by an eighth of the difference per ACK: one short hold (a quiet
         // moment at the peer) does not undo what a busy spell showed.
         self.peer_hold_ns = if hold >= self.peer_hold_ns {
@@ -108,7 +111,7 @@ impl Connection {
         let now32 = now as u32;
         let rtt = now32.wrapping_sub(a.ts_echo).wrapping_sub(a.ack_delay_ns);
         let rtt_sample = (a.ts_echo != 0 && rtt < 1 << 31).then_some(rtt.max(1) as u64);
-        if let Some(t) = self.pilot_sent_at {
+        if let Some(t) = self.pilot_sent_at.get() {
             if self.peer_hint_mbps != 0 {
                 // The pilot's own round trip says how long it queued: the next packet goes one
                 // fair-share gap after the pilot *arrived*, so senders whose pilots left
@@ -120,7 +123,7 @@ impl Connection {
                 let echo = a.ts_echo == (t as u32).max(1);
                 self.pace_next = match (rtt_sample, self.pilot_wait_until()) {
                     (Some(r), _) if echo => {
-                        self.pilot_sent_at = None;
+                        self.pilot_sent_at = At::from(None);
                         // The base RTT was measured with the small request, which the pilot
                         // exceeds by one MTU's serialisation on every store-and-forward hop:
                         // take that off for up to PILOT_HOPS hops, erring early (an early
@@ -167,7 +170,7 @@ impl Connection {
         if out.progress {
             self.no_progress_rtos = 0;
         }
-        self.counters.sack_holes += out.lost.len() as u64;
+        self.counters.live().sack_holes += out.lost.len() as u64;
         for c in out.lost.drain(..) {
             self.retx.push_back((c, a.path));
         }
@@ -183,7 +186,7 @@ impl Connection {
                     if let Some(s) = self.streams.get_mut(&stream) {
                         let fresh = s.wr_mut(msn).is_some_and(|w| w.acked.set(chunk));
                         if !fresh {
-                            self.counters.acks_redundant += 1;
+                            self.counters.live().acks_redundant += 1;
                         }
                         if !done.touched.contains(&stream) {
                             done.touched.push(stream);
@@ -216,7 +219,7 @@ impl Connection {
     }
 
     pub(super) fn on_nack(&mut self, now: u64, path: u8, n: &NackRepr) {
-        self.counters.nacks_received[nack_index(n.reason)] += 1;
+        self.counters.live().nacks_received[nack_index(n.reason)] += 1;
         // A NACK on path NO_PATH is about a request, not a packet (a deferred failure): it is
         // found by (stream, msn). Otherwise the PSN names the refused packet, and it must have
         // carried the MSN the NACK names.
@@ -269,7 +272,7 @@ impl Connection {
                     (n.stream, n.msn, None)
                 } else {
                     // Stale: for a packet already dealt with (or never sent).
-                    self.counters.rx_nacks_ignored += 1;
+                    self.counters.live().rx_nacks_ignored += 1;
                     return;
                 }
             }
@@ -406,9 +409,9 @@ impl Connection {
         }
         let blocks = w.count() as u64;
         let len = w.finish()?;
-        self.counters.acks_sent += 1;
-        self.counters.ack_multi_sent += 1;
-        self.counters.ack_blocks_sent += blocks;
+        self.counters.live().acks_sent += 1;
+        self.counters.live().ack_multi_sent += 1;
+        self.counters.live().ack_blocks_sent += blocks;
         self.last_tx_port = plane;
         let port = match self.rx_paths[first as usize].reply_port {
             0 => self.tx_entropy(first as usize),
@@ -434,7 +437,7 @@ impl Connection {
             ack_delay_ns: now.saturating_sub(rx.ts_arrival).min(u32::MAX as u64) as u32,
         };
         self.rx_timer(p as usize);
-        self.counters.acks_sent += 1;
+        self.counters.live().acks_sent += 1;
         self.last_tx_port = self.ctrl_port(p);
         let pkt = Packet {
             flags: 0,

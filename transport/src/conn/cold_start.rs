@@ -45,7 +45,7 @@ impl Connection {
 
     /// While the pilot's ACK is out: until when the next packet waits for it.
     pub(super) fn pilot_wait_until(&self) -> Option<u64> {
-        let t = self.pilot_sent_at?;
+        let t = self.pilot_sent_at.get()?;
         if self.peer_hint_mbps == 0 {
             return None;
         }

@@ -96,7 +96,9 @@ impl Connection {
                     self.fail_connection();
                     return None;
                 }
-                self.ctrl_at = Some(now + (self.cfg.open_rto_ns << (self.ctrl_tries - 1).min(8)));
+                self.ctrl_at = At::from(Some(
+                    now + (self.cfg.open_rto_ns << (self.ctrl_tries - 1).min(8)),
+                ));
                 if matches!(c, Ctrl::Open) {
                     (Body::Open(self.open_repr()), 0, port0, 0)
                 } else {
@@ -125,7 +127,7 @@ impl Connection {
                 self.grow_tx(i as usize);
                 let p = &mut self.paths[i as usize];
                 p.probe_seq = p.probe_seq.wrapping_add(1);
-                p.counters.probes_sent += 1;
+                p.counters_mut().probes_sent += 1;
                 (
                     Body::Probe(ProbeRepr {
                         probe_seq: p.probe_seq,
@@ -141,7 +143,7 @@ impl Connection {
                 let p = &mut self.paths[i as usize];
                 p.probe_seq = p.probe_seq.wrapping_add(1);
                 p.home_probe_seq = Some(p.probe_seq);
-                p.counters.probes_sent += 1;
+                p.counters_mut().probes_sent += 1;
                 let (seq, port, home) = (p.probe_seq, p.entropy, p.home_plane);
                 let pkt = Packet {
                     flags: 0,
@@ -158,7 +160,7 @@ impl Connection {
             Ctrl::HintRequest(i) => {
                 self.grow_tx(i as usize);
                 let p = &mut self.paths[i as usize];
-                p.counters.probes_sent += 1;
+                p.counters_mut().probes_sent += 1;
                 (
                     Body::Probe(ProbeRepr {
                         probe_seq: p.probe_seq,

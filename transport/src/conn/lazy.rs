@@ -154,9 +154,13 @@ impl Connection {
         self.completions.shrink_to_fit();
         self.events.shrink_to_fit();
         self.ack_scratch = None;
-        self.ptimes.shrink_to_fit();
-        self.pt_dirty.shrink_to_fit();
-        self.pt_list.shrink_to_fit();
+        self.counters.fold();
+        self.drop_timers();
+    }
+
+    /// The connection's counters (both directions).
+    pub fn counters(&self) -> ConnCounters {
+        self.counters.get()
     }
 
     /// Send paths built so far (the others are fresh: see [`Connection::with_path`]).

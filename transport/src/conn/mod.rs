@@ -1,16 +1,16 @@
 //! A connection to one peer: many ordered streams above, N paths below (spec/transport.md).
 
 use crate::api::*;
+use crate::at::At;
 use crate::bits::Bits;
 use crate::config::ConnConfig;
-use crate::counters::ConnCounters;
+use crate::counters::{ConnCounters, CounterStore};
 use crate::mem::{access, sgl_len, sgl_read, sgl_write, AtomicOp, Memory};
 use crate::path::{AckOutcome, ChunkRef, PathState, RxPath, RxVerdict, TxPath};
 use crate::wire::{
     self, flags, AckBlock, AckMultiRepr, AckMultiWriter, AckRepr, Body, CloseRepr, DataOp,
     DataRepr, MsgHeader, NackReason, NackRepr, OpenRepr, Packet, ProbeRepr, SeqHeader,
 };
-use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 use std::net::Ipv4Addr;
 
@@ -25,7 +25,9 @@ mod recovery;
 mod requester;
 mod responder;
 mod scheduler;
-mod slim;
+pub(crate) mod slim;
+mod streams;
+mod timers;
 use slim::SlimDeque;
 mod uc;
 
@@ -284,8 +286,9 @@ pub struct Connection {
     /// delayed-ACK deadline (`u64::MAX`: none), kept where those change
     /// (`rx_timer`), so a deadline query reads one word per path, not each `RxPath`.
     rx_due: Vec<u64>,
-    /// Boxed: the table's spare buckets then cost a pointer each, not a stream.
-    streams: HashMap<u32, Box<Stream>>,
+    /// Inline while there is one (`streams.rs`); boxed in a table: its spare buckets then
+    /// cost a pointer each, not a stream.
+    streams: streams::StreamMap,
     active: SlimDeque<u32>,
     /// Streams with responses still to be sent for the first time (round robin by packet).
     resp_active: SlimDeque<u32>,
@@ -298,7 +301,7 @@ pub struct Connection {
     ack_queued: Vec<bool>,
     nack_queue: SlimDeque<(u8, NackRepr)>,
     ctrl_queue: SlimDeque<Ctrl>,
-    ctrl_at: Option<u64>,
+    ctrl_at: At,
     ctrl_tries: u32,
     rr: usize,
     /// NIC ports (planes) of this host; ports with room for the packet being built; the port
@@ -323,15 +326,15 @@ pub struct Connection {
     pub(crate) backlog_at: u64,
     /// Bookkeeping of the endpoint's ready queue, timer heap and fair-share list.
     pub(crate) in_ready: bool,
-    pub(crate) timer_at: Option<u64>,
+    pub(crate) timer_at: At,
     /// The next deadline other than the pacer's, as of `timer_at` (`deadlines().1`): a
     /// timeout before it is the pacer's alone.
-    pub(crate) work_at: Option<u64>,
+    pub(crate) work_at: At,
     /// A send deadline (the pilot's, a delayed ACK's, a hint answer's) came due at or before
     /// this time and only waits for a transmit, the connection being in the endpoint's ready
     /// queue: such deadlines are left out until it leaves that queue, so a full NIC (no
     /// transmits asked for) does not fire them again on every event.
-    pub(crate) send_due_at: Option<u64>,
+    pub(crate) send_due_at: At,
     /// Something happened since `timer_at` was computed (the endpoint recomputes it once per
     /// batch of events, not once per event).
     pub(crate) timer_dirty: bool,
@@ -357,13 +360,13 @@ pub struct Connection {
     /// cold-start rule.
     last_ack_at: u64,
     /// Outstanding cold-start hint request, and how many were sent without an answer.
-    hint_req_at: Option<u64>,
+    hint_req_at: At,
     hint_tries: u32,
     /// Cold start: when the pilot may go (None: sent, or none this cold period), its path,
     /// and when it went.
-    pilot_at: Option<u64>,
+    pilot_at: At,
     pilot_path: u8,
-    pilot_sent_at: Option<u64>,
+    pilot_sent_at: At,
     /// This end has no other connection open, so only this connection's peer can send to it:
     /// its OPEN / OPEN_ACK carry SOLE (spec/transport.md §5.8, COLD-4). Set by the endpoint.
     pub(crate) sole_here: bool,
@@ -382,21 +385,18 @@ pub struct Connection {
     /// `conn_window()` as last computed; None once a path's window or RTT, the hint or the
     /// base RTT changed (it is read on every transmit poll, and changes only with ACKs).
     win_cache: std::cell::Cell<Option<f64>>,
-    /// The timer table: one row per path, recomputed only for the paths that changed
-    /// (`pt_dirty`), or all of them when something every row depends on moved (`pt_all`, or
-    /// base RTT and pilot wait differing from `pt_key`).
-    ptimes: Vec<PathTimes>,
-    pt_dirty: Vec<bool>,
-    pt_list: Vec<u8>,
+    /// The timer table (`timers.rs`): boxed, made on first use and dropped by `compact`
+    /// (a cache: rebuilt whole when next needed); `pt_all`: every row must be recomputed.
+    timers: Option<Box<timers::TimerTable>>,
     pt_all: bool,
-    pt_key: TimerBasis,
     /// Smallest RTT sample of any path (`u64::MAX`: none yet); per-path minima only fall.
     min_rtt_all: u64,
     /// The peer's ACK hold: a decaying maximum of the holds its ACKs report (ns).
     peer_hold_ns: u64,
     /// Smoothed RTT over every path's samples (ns, 0: none yet).
     srtt_all: f64,
-    pub counters: ConnCounters,
+    /// Read with [`Connection::counters`]; folded to its nonzero words by `compact`.
+    counters: CounterStore<ConnCounters>,
     pub(crate) completions: SlimDeque<Completion>,
     pub(crate) events: SlimDeque<Event>,
 }
@@ -516,7 +516,7 @@ impl Connection {
             fresh_cwnd: 0.0,
             max_cwnd: 0.0,
             rx_due: Vec::new(),
-            streams: HashMap::default(),
+            streams: streams::StreamMap::Empty,
             active: SlimDeque::new(),
             resp_active: SlimDeque::new(),
             retx: SlimDeque::new(),
@@ -526,7 +526,7 @@ impl Connection {
             ack_queued: Vec::new(),
             nack_queue: SlimDeque::new(),
             ctrl_queue: SlimDeque::new(),
-            ctrl_at: None,
+            ctrl_at: At::NONE,
             ctrl_tries: 0,
             rr: 0,
             nic_ports: 1,
@@ -541,9 +541,9 @@ impl Connection {
             last_rx_at: 0,
             backlog_at: 0,
             in_ready: false,
-            timer_at: None,
-            work_at: None,
-            send_due_at: None,
+            timer_at: At::NONE,
+            work_at: At::NONE,
+            send_due_at: At::NONE,
             timer_dirty: false,
             in_rx_active: false,
             no_progress_rtos: 0,
@@ -551,11 +551,8 @@ impl Connection {
             ack_req_out: false,
             ack_scratch: None,
             win_cache: std::cell::Cell::new(None),
-            ptimes: Vec::new(),
-            pt_dirty: Vec::new(),
-            pt_list: Vec::new(),
+            timers: None,
             pt_all: true,
-            pt_key: TimerBasis::default(),
             min_rtt_all: u64::MAX,
             peer_hold_ns: 0,
             srtt_all: 0.0,
@@ -567,15 +564,15 @@ impl Connection {
             pace_hold: 0,
             pace_fresh: true,
             last_ack_at: 0,
-            hint_req_at: None,
+            hint_req_at: At::NONE,
             hint_tries: 0,
-            pilot_at: None,
+            pilot_at: At::NONE,
             pilot_path: 0,
-            pilot_sent_at: None,
+            pilot_sent_at: At::NONE,
             sole_here: false,
             sole_sent: false,
             peer_sole: false,
-            counters: ConnCounters::default(),
+            counters: CounterStore::default(),
             completions: SlimDeque::new(),
             events: SlimDeque::new(),
         };
@@ -687,16 +684,6 @@ impl Connection {
         self.peer_hold_ns
     }
 
-    /// Path `i` changed in a way its deadlines depend on.
-    fn mark_path(&mut self, i: usize) {
-        if let Some(d) = self.pt_dirty.get_mut(i) {
-            if !*d {
-                *d = true;
-                self.pt_list.push(i as u8);
-            }
-        }
-    }
-
     /// Receive path `i`'s delayed-ACK or hint-answer time changed: update its row.
     pub(super) fn rx_timer(&mut self, i: usize) {
         if let (Some(r), Some(d)) = (self.rx_paths.get(i), self.rx_due.get_mut(i)) {
@@ -709,36 +696,6 @@ impl Connection {
                     .map_or(u64::MAX, |f| f.saturating_add(self.cfg.ack_delay_ns)),
             };
         }
-    }
-
-    /// Bring the timer table up to date (the endpoint calls this before `poll_timeout`).
-    pub(crate) fn refresh_timers(&mut self) {
-        let key = self.timer_basis();
-        if key != self.pt_key || self.pt_all || self.ptimes.len() != self.paths.len() {
-            self.pt_key = key;
-            self.pt_all = false;
-            self.ptimes.resize(self.paths.len(), PathTimes::NONE);
-            self.pt_dirty.resize(self.paths.len(), false);
-            for i in 0..self.paths.len() {
-                self.ptimes[i] = self.path_times(i);
-            }
-        } else {
-            for k in 0..self.pt_list.len() {
-                let i = self.pt_list[k] as usize;
-                self.ptimes[i] = self.path_times(i);
-            }
-        }
-        for &i in &self.pt_list {
-            self.pt_dirty[i as usize] = false;
-        }
-        self.pt_list.clear();
-    }
-
-    fn timers_clean(&self) -> bool {
-        !self.pt_all
-            && self.pt_list.is_empty()
-            && self.ptimes.len() == self.paths.len()
-            && self.timer_basis() == self.pt_key
     }
 
     /// READ / atomic responses this end holds for its peer: executed, not yet acknowledged
@@ -801,7 +758,7 @@ impl Connection {
                         self.sole_sent = false;
                         self.ctrl_queue.push_back(Ctrl::OpenAck);
                     }
-                    self.ctrl_at = None;
+                    self.ctrl_at = At::from(None);
                     self.ctrl_tries = 0; // CLOSE gets its own tries
                     self.ctrl_queue.retain(|c| !matches!(c, Ctrl::Open));
                     self.events.push_back(Event::Connected {
@@ -822,14 +779,14 @@ impl Connection {
             Body::CloseAck(_) => {
                 if self.state == ConnState::Closing {
                     self.state = ConnState::Closed;
-                    self.ctrl_at = None;
+                    self.ctrl_at = At::from(None);
                     self.events.push_back(Event::Closed { conn: self.id });
                 }
             }
             Body::Probe(p) => {
                 let i = pkt.path as usize;
                 if i >= self.n_paths as usize {
-                    self.counters.rx_bad_path += 1;
+                    self.counters.live().rx_bad_path += 1;
                 } else if pkt.flags & flags::BACKLOG != 0 {
                     // A hint request: count the sender as active now and answer with an ACK
                     // on that path after `hint_hold`, so requests arriving together all see
@@ -915,7 +872,7 @@ impl Connection {
         if self.state == ConnState::Closing
             && self.outstanding() == 0
             && !self.owes_responses()
-            && self.ctrl_at.is_none()
+            && self.ctrl_at.get().is_none()
         {
             self.ctrl_queue.push_back(Ctrl::Close);
             return self.emit_ctrl(now, buf);

@@ -3,20 +3,21 @@
 //! lookup, and retiring in MSN order pops the front. MSNs are admitted only within the
 //! stream window (transport.md §4), which bounds the ring's length.
 
-use std::collections::VecDeque;
+use super::slim::SlimDeque;
 
 #[derive(Debug)]
 pub(super) struct MsnRing<T> {
     /// MSN of `slots[0]`.
     base: u32,
-    slots: VecDeque<Option<T>>,
+    /// One pointer while empty (an idle stream has two rings).
+    slots: SlimDeque<Option<T>>,
 }
 
 impl<T> Default for MsnRing<T> {
     fn default() -> Self {
         MsnRing {
             base: 0,
-            slots: VecDeque::new(),
+            slots: SlimDeque::new(),
         }
     }
 }
@@ -43,7 +44,7 @@ impl<T> MsnRing<T> {
         if i >= self.slots.len() {
             self.slots.resize_with(i + 1, || None);
         }
-        Some(self.slots[i].get_or_insert_with(f))
+        self.slots.get_mut(i).map(|s| s.get_or_insert_with(f))
     }
 
     /// Give back spare capacity (the connection has gone idle).
@@ -101,7 +102,7 @@ impl<T> MsnRing<T> {
             return 0;
         }
         let n = (rel as usize).min(self.slots.len());
-        let live = self.slots.drain(..n).flatten().count();
+        let live = self.slots.drain_front(n).flatten().count();
         self.base = msn;
         live
     }
@@ -115,7 +116,7 @@ mod tests {
     fn entries_by_msn_retired_in_order_across_the_wrap() {
         let mut r: MsnRing<u32> = MsnRing {
             base: u32::MAX - 1,
-            slots: VecDeque::new(),
+            slots: SlimDeque::new(),
         };
         *r.get_or_insert_with(1, || 10).unwrap() += 1; // wraps: 3 slots
         r.get_or_insert_with(u32::MAX - 1, || 20);

@@ -16,7 +16,7 @@ impl Connection {
             if !lost.is_empty() {
                 self.mark_path(i);
             }
-            self.counters.time_losses += lost.len() as u64;
+            self.counters.live().time_losses += lost.len() as u64;
             for c in lost {
                 self.retx.push_back((c, i as u8));
             }
@@ -52,8 +52,7 @@ impl Connection {
     // ---- timers -------------------------------------------------------------------------
 
     /// One row of the timer table, from path `i`'s state.
-    pub(super) fn path_times(&self, i: usize) -> PathTimes {
-        let t = self.pt_key;
+    pub(super) fn path_times(&self, i: usize, t: &TimerBasis) -> PathTimes {
         let p = &self.paths[i];
         // u64::MAX for none, so the minimum is four compares (a `flatten().min()` over the
         // options compiled to a loop with branches, a third of this function's time).
@@ -66,7 +65,7 @@ impl Connection {
                 p.rto_deadline(t.rto_extra(self.cfg.ack_delay_ns))
                     .unwrap_or(none),
             )
-            .min(self.tlp_at(p, &t).unwrap_or(none));
+            .min(self.tlp_at(p, t).unwrap_or(none));
         PathTimes {
             own,
             oldest: p.oldest_in_flight().unwrap_or(u64::MAX),
@@ -97,7 +96,7 @@ impl Connection {
 
     fn deadlines_with(&self, clean: bool) -> (Option<u64>, Option<u64>) {
         debug_assert_eq!(clean, self.timers_clean());
-        let mut t: Option<u64> = self.ctrl_at;
+        let mut t: Option<u64> = self.ctrl_at.get();
         let mut min = |x: Option<u64>| {
             if let Some(x) = x {
                 t = Some(t.map_or(x, |t| t.min(x)));
@@ -107,8 +106,9 @@ impl Connection {
         if clean {
             // The table must say what the paths say (checked in debug builds and in the
             // crate's own tests, which run in CI's release build too).
-            for (i, e) in self.ptimes.iter().enumerate() {
-                let f = self.path_times(i);
+            let key = self.timers.as_deref().map(|t| t.key).unwrap_or_default();
+            for (i, e) in self.timer_rows().iter().enumerate() {
+                let f = self.path_times(i, &key);
                 assert!(
                     (e.own, e.oldest, e.time_loss) == (f.own, f.oldest, f.time_loss),
                     "timer table row {i} stale: {e:?} vs {f:?}"
@@ -119,7 +119,7 @@ impl Connection {
             // Branch-free over the compact rows (u64::MAX: none), so it compiles to a few
             // instructions per row; the pass runs once per batch of events.
             let rack = self.rack_time;
-            let m = self.ptimes.iter().fold(u64::MAX, |m, e| {
+            let m = self.timer_rows().iter().fold(u64::MAX, |m, e| {
                 let tl = if e.oldest < rack {
                     e.time_loss
                 } else {
@@ -153,7 +153,7 @@ impl Connection {
             assert_eq!(d, r.hint_ack_at.unwrap_or(f), "rx timer row stale");
         }
         // Send deadlines already found due wait for a transmit (`send_due_at`), not a timer.
-        min(self.send_deadline_after(self.send_due_at));
+        min(self.send_deadline_after(self.send_due_at.get()));
         for (at, _) in &self.rnr_wait {
             min(Some(*at));
         }
@@ -206,7 +206,7 @@ impl Connection {
         // The endpoint recomputed `work_at` just before (it flushes its timers first); a
         // path away from its home plane whose home probe is not scheduled yet gets it
         // scheduled by the full pass, as before.
-        if self.work_at.is_none_or(|w| w > now)
+        if self.work_at.get().is_none_or(|w| w > now)
             && self.timers_clean()
             && !self
                 .paths
@@ -218,9 +218,9 @@ impl Connection {
             }
             return;
         }
-        if let Some(at) = self.ctrl_at {
+        if let Some(at) = self.ctrl_at.get() {
             if at <= now {
-                self.ctrl_at = None;
+                self.ctrl_at = At::from(None);
                 match self.state {
                     ConnState::Opening => self.ctrl_queue.push_back(Ctrl::Open),
                     ConnState::Closing => self.ctrl_queue.push_back(Ctrl::Close),
@@ -232,7 +232,7 @@ impl Connection {
         // With the table up to date, a path whose own deadline is still ahead has no TLP,
         // RTO or probe due (a path changed below has its deadline behind, so it is looked at).
         let clean = self.timers_clean();
-        let due = |c: &Connection, i: usize| !clean || c.ptimes[i].own <= now;
+        let due = |c: &Connection, i: usize| !clean || c.timer_rows()[i].own <= now;
         for i in 0..self.paths.len() {
             if !due(self, i) {
                 continue;
@@ -252,9 +252,9 @@ impl Connection {
                 if d <= now {
                     self.mark_path(i);
                     let lost = self.paths[i].on_rto(now, &self.cfg);
-                    self.counters.rtos += 1;
+                    self.counters.live().rtos += 1;
                     if self.paths[i].state == PathState::Probing {
-                        self.counters.path_failures += 1;
+                        self.counters.live().path_failures += 1;
                     }
                     for c in lost {
                         self.retx.push_back((c, i as u8));
@@ -284,7 +284,7 @@ impl Connection {
                         {
                             // Probes went unanswered for too long: fail and re-route.
                             p.fail(now);
-                            self.counters.path_failures += 1;
+                            self.counters.live().path_failures += 1;
                             0
                         }
                         PathState::Suspect => {
@@ -296,7 +296,7 @@ impl Connection {
                             p.generation = p.generation.wrapping_add(1);
                             p.entropy = path_entropy(self.seed, i as u8, p.generation);
                             p.move_plane();
-                            p.counters.reroutes += 1;
+                            p.counters_mut().reroutes += 1;
                             self.cfg.probe_interval_ns
                         }
                     };
@@ -317,10 +317,11 @@ impl Connection {
         }
         if self
             .hint_req_at
+            .get()
             .is_some_and(|t| t + self.cfg.initial_rto_ns <= now)
             && self.hint_tries >= HINT_TRIES
         {
-            self.hint_req_at = None; // give up on the hint: data goes out without it
+            self.hint_req_at = At::from(None); // give up on the hint: data goes out without it
         }
         // A connection with data to move probes home at least every HOME_PROBE_RTTS base
         // RTTs, however long the outage: a repaired plane is taken up again within a few
@@ -387,7 +388,7 @@ impl Connection {
         // Every ACK due is queued and a due pilot goes at the next transmit: until then
         // (the endpoint queues this connection) those deadlines are done with.
         if self.send_deadline_passed(now) {
-            self.send_due_at = Some(now);
+            self.send_due_at = At::from(Some(now));
         }
     }
 
@@ -418,7 +419,7 @@ impl Connection {
         if rx != u64::MAX {
             min(Some(rx));
         }
-        if let Some(at) = self.hint_req_at {
+        if let Some(at) = self.hint_req_at.get() {
             if self.state == ConnState::Open {
                 // The request's resend, or the data its wait held back, goes at a transmit:
                 // with nothing queued there is nothing to do then (the pilot may have carried
@@ -431,7 +432,7 @@ impl Connection {
                 // A pilot held only by a full NIC port needs no timer: the endpoint keeps
                 // the connection in its ready queue until the port drains.
                 if !self.port_blocked {
-                    min(self.pilot_at.map(|p| p.max(at)));
+                    min(self.pilot_at.get().map(|p| p.max(at)));
                 }
             }
         }

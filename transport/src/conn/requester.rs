@@ -187,7 +187,7 @@ impl Connection {
                 s.cursor_chunk = 0;
             }
             let status = w.status.unwrap_or(Status::Success);
-            self.counters.messages_completed_tx += 1;
+            self.counters.live().messages_completed_tx += 1;
             if status != Status::Success || w.wr.signaled {
                 let op = match w.wr.op {
                     SendOp::Send { .. } => CompletionOp::Send,
@@ -377,7 +377,7 @@ impl Connection {
                 if let Some(s) = self.streams.get_mut(&stream) {
                     s.responses.take(msn);
                     let remote = s.remote;
-                    self.counters.remote_access_refused += 1;
+                    self.counters.live().remote_access_refused += 1;
                     self.nack_queue.push_back(late_nack(remote, msn));
                 }
             }

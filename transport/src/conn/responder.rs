@@ -16,21 +16,21 @@ impl Connection {
     ) {
         let p = path as usize;
         if !matches!(self.state, ConnState::Open | ConnState::Closing) {
-            self.counters.rx_not_open += 1;
+            self.counters.live().rx_not_open += 1;
             return;
         }
         if p >= self.n_paths as usize {
-            self.counters.rx_bad_path += 1;
+            self.counters.live().rx_bad_path += 1;
             return;
         }
         self.grow_rx(p);
         // Entropy reflection: answers on this path take the sender's current source port, so
         // when the sender re-routes a path, its ACKs are re-routed with it.
         self.rx_paths[p].reply_port = src_port;
-        self.counters.rx_pkts += 1;
+        self.counters.live().rx_pkts += 1;
         if ce {
             self.rx_paths[p].ce_count = self.rx_paths[p].ce_count.wrapping_add(1);
-            self.counters.ecn_ce_received += 1;
+            self.counters.live().ecn_ce_received += 1;
         }
         if fl & flags::BACKLOG != 0 {
             self.backlog_at = now.max(1);
@@ -43,11 +43,11 @@ impl Connection {
         }
         match self.rx_paths[p].classify(d.seq.psn) {
             RxVerdict::OutOfWindow => {
-                self.counters.rx_out_of_window += 1;
+                self.counters.live().rx_out_of_window += 1;
                 self.queue_nack(path, d, NackReason::Sequence, 0);
             }
             RxVerdict::Duplicate => {
-                self.counters.rx_duplicates += 1;
+                self.counters.live().rx_duplicates += 1;
                 let rx = &mut self.rx_paths[p];
                 rx.ts_echo = d.seq.tsval;
                 rx.ts_arrival = now;
@@ -58,7 +58,7 @@ impl Connection {
                 Verdict::Accept => {
                     self.rx_bytes_window += d.payload.len() as u64;
                     self.last_rx_at = now;
-                    self.counters.rx_payload_bytes += d.payload.len() as u64;
+                    self.counters.live().rx_payload_bytes += d.payload.len() as u64;
                     let every = self.cfg.ack_every;
                     let rx = &mut self.rx_paths[p];
                     rx.record(d.seq.psn);
@@ -111,7 +111,7 @@ impl Connection {
         reason: NackReason,
         rnr_delay: u8,
     ) {
-        self.counters.nacks_sent[nack_index(reason)] += 1;
+        self.counters.live().nacks_sent[nack_index(reason)] += 1;
         let stream = self
             .streams
             .get(&d.msg.stream)
@@ -177,7 +177,7 @@ impl Connection {
                     }
                 }
                 if bad {
-                    self.counters.rx_bad_responses += 1;
+                    self.counters.live().rx_bad_responses += 1;
                     s.fail_wr(m.msn, Status::BadResponse);
                 }
                 self.complete_requests(d.msg.stream);
@@ -213,7 +213,7 @@ impl Connection {
         // its response placed (STREAM-2), so this request acknowledges their responses. One
         // that never acknowledges them otherwise holds at most a window of them.
         let retired = s.responses.retire_before(m.msn.wrapping_sub(window - 1));
-        self.counters.responses_retired_unacked += retired as u64;
+        self.counters.live().responses_retired_unacked += retired as u64;
         if let Some(e) = s.rx_err {
             // From the failed message on, the responder side is in Error: the failed
             // message (a resend of it, too) keeps its reason, later ones are refused as
@@ -330,7 +330,7 @@ impl Connection {
                 let i = match recv_index(s, rsn) {
                     Ok(i) => i,
                     Err(NackReason::ReceiverNotReady) => {
-                        self.counters.rnr_waits += 1;
+                        self.counters.live().rnr_waits += 1;
                         return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
                     }
                     Err(r) => return Verdict::Refuse(r, 0),
@@ -347,7 +347,7 @@ impl Connection {
                     None
                 };
                 if let Some((status, reason)) = failed {
-                    self.counters.rx_local_errors += 1;
+                    self.counters.live().rx_local_errors += 1;
                     let e = RxErr {
                         msn: m.msn,
                         status,
@@ -367,7 +367,7 @@ impl Connection {
                     match recv_index(s, rsn) {
                         Ok(_) => {}
                         Err(NackReason::ReceiverNotReady) => {
-                            self.counters.rnr_waits += 1;
+                            self.counters.live().rnr_waits += 1;
                             return Verdict::Refuse(NackReason::ReceiverNotReady, 0);
                         }
                         Err(r) => return Verdict::Refuse(r, 0),
@@ -392,20 +392,20 @@ impl Connection {
                         )
                         .is_ok();
                     if !whole_ok {
-                        self.counters.remote_access_refused += 1;
+                        self.counters.live().remote_access_refused += 1;
                         return Verdict::Refuse(NackReason::RemoteAccess, 0);
                     }
                     if fl & flags::ORDERED != 0 && rel > 0 {
                         let n = d.payload.len() as u64;
                         if self.held_bytes + n > hold_limit {
-                            self.counters.rx_ordered_dropped += 1;
+                            self.counters.live().rx_ordered_dropped += 1;
                             return Verdict::Drop;
                         }
                         self.held_bytes += n;
-                        self.counters.rx_ordered_held += 1;
+                        self.counters.live().rx_ordered_held += 1;
                         held = Some((raddr, d.payload.to_vec()));
                     } else if mem.write_remote(pd, rkey, raddr, d.payload).is_err() {
-                        self.counters.remote_access_refused += 1;
+                        self.counters.live().remote_access_refused += 1;
                         return Verdict::Refuse(NackReason::RemoteAccess, 0);
                     }
                 }
@@ -417,13 +417,13 @@ impl Connection {
                         .check_remote(pd, rkey, raddr, m.length as u64, access::REMOTE_READ)
                         .is_err()
                 {
-                    self.counters.remote_access_refused += 1;
+                    self.counters.live().remote_access_refused += 1;
                     return Verdict::Refuse(NackReason::RemoteAccess, 0);
                 }
             }
             RxKind::Atomic { rkey, raddr, .. } => {
                 if let Err(v) = Self::check_atomic(mem, pd, rkey, raddr) {
-                    self.counters.remote_access_refused += 1;
+                    self.counters.live().remote_access_refused += 1;
                     return v;
                 }
             }
@@ -508,7 +508,7 @@ impl Connection {
                 }
                 if failed {
                     // Checked on arrival; the region went away since (as for atomics).
-                    self.counters.remote_access_refused += 1;
+                    self.counters.live().remote_access_refused += 1;
                     self.nack_queue.push_back(late_nack(s.remote, base));
                 }
             }
@@ -520,7 +520,7 @@ impl Connection {
                 None => break,
             };
             s.rx_base_msn = base.wrapping_add(1);
-            self.counters.messages_completed_rx += 1;
+            self.counters.live().messages_completed_rx += 1;
             let recv_op = match msg.kind {
                 RxKind::Send { imm, .. } => Some((CompletionOp::Recv, imm)),
                 RxKind::WriteImm { imm, .. } => Some((CompletionOp::RecvWriteImm, Some(imm))),
@@ -575,7 +575,7 @@ impl Connection {
                             }
                         }
                         Err(_) => {
-                            self.counters.remote_access_refused += 1;
+                            self.counters.live().remote_access_refused += 1;
                             self.nack_queue.push_back(late_nack(s.remote, base));
                         }
                     }

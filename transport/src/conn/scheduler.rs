@@ -178,9 +178,9 @@ impl Connection {
         // A tail-loss probe goes first and past the windows and the pacer: the flight it asks
         // about is what fills them, and a probe held back until the RTO is no probe at all.
         if let Some((c, p)) = self.tlp.take() {
-            if self.pilot_sent_at.is_some() {
+            if self.pilot_sent_at.get().is_some() {
                 // The pilot sent again: its copy's ACK tells the queueing now.
-                self.pilot_sent_at = Some(now);
+                self.pilot_sent_at = At::from(Some(now));
             }
             if self.chunk_needed(&c) {
                 let via = self.tlp_path(p as usize);
@@ -209,7 +209,7 @@ impl Connection {
         // starting together then put N tiny probes, not N windows, into the receiver's queue.
         let mut cold =
             self.last_ack_at == 0 || now.saturating_sub(self.last_ack_at) > self.cfg.cold_after_ns;
-        if cold && self.peer_sole && self.hint_req_at.is_none() && self.has_unsent() {
+        if cold && self.peer_sole && self.hint_req_at.get().is_none() && self.has_unsent() {
             // The peer has no other connection (SOLE, §5.8 COLD-5): nothing can share its
             // inbound link, so its hint would be the line rate: start there now (and count
             // as warm, as after an ACK, until `cold_after` passes without one).
@@ -219,24 +219,25 @@ impl Connection {
         }
         let waiting = self
             .hint_req_at
+            .get()
             .is_some_and(|t| now < t + self.cfg.initial_rto_ns);
         if waiting {
             // Only the pilot goes before the answer: one data packet, on the request's path
             // (behind the request, so the receiver holds its ACK with the answer's).
-            if inflight > 0 || self.pilot_at.is_none_or(|t| t > now) {
+            if inflight > 0 || self.pilot_at.get().is_none_or(|t| t > now) {
                 return None;
             }
-            self.pilot_at = None;
+            self.pilot_at = At::from(None);
             let path = (self.pilot_path as usize).min(self.n_paths as usize - 1);
             while let Some((chunk, _, retx)) = self.next_chunk() {
                 match self.build_packet(now, chunk, u8::MAX, retx, Some(path), buf, mem) {
                     Ok(Some(x)) => {
-                        self.pilot_sent_at = Some(now);
+                        self.pilot_sent_at = At::from(Some(now));
                         return Some(x);
                     }
                     Ok(None) => {
                         self.retx.push_front((chunk, u8::MAX));
-                        self.pilot_at = Some(now); // its NIC port is busy: next time
+                        self.pilot_at = At::from(Some(now)); // its NIC port is busy: next time
                         return None;
                     }
                     Err(()) => continue,
@@ -259,12 +260,12 @@ impl Connection {
             } as u8;
             if self.hint_tries == 0 {
                 self.pilot_path = p;
-                self.pilot_sent_at = None;
-                self.pilot_at = Some(
+                self.pilot_sent_at = At::from(None);
+                self.pilot_at = At::from(Some(
                     now + splitmix64(self.seed ^ now ^ 0x9170) % self.cfg.pilot_spread_ns.max(1),
-                );
+                ));
             }
-            self.hint_req_at = Some(now);
+            self.hint_req_at = At::from(Some(now));
             self.hint_tries += 1;
             self.ctrl_queue.push_back(Ctrl::HintRequest(p));
             return self.emit_ctrl(now, buf);
@@ -291,7 +292,7 @@ impl Connection {
             };
             match self.build_packet(now, chunk, avoid, retx, None, buf, mem) {
                 Ok(Some(x)) => {
-                    self.pilot_sent_at = None;
+                    self.pilot_sent_at = At::from(None);
                     return Some(x);
                 }
                 Ok(None) => {
@@ -590,10 +591,10 @@ impl Connection {
             // Sent once: done (nothing will resend it).
             self.uc_sent(stream_id, msn, ci);
         }
-        self.counters.tx_pkts += 1;
-        self.counters.tx_payload_bytes += plen as u64;
+        self.counters.live().tx_pkts += 1;
+        self.counters.live().tx_payload_bytes += plen as u64;
         if retx {
-            self.counters.retx_pkts += 1;
+            self.counters.live().retx_pkts += 1;
         }
         Ok(Some((len, entropy)))
     }

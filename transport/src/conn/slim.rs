@@ -83,6 +83,19 @@ impl<T> SlimDeque<T> {
         self.0.iter_mut().flat_map(|d| d.drain(..))
     }
 
+    pub(crate) fn resize_with(&mut self, n: usize, f: impl FnMut() -> T) {
+        if n != self.len() {
+            self.inner().resize_with(n, f)
+        }
+    }
+
+    /// The first `n` elements (at most `len`), front first.
+    pub(crate) fn drain_front(&mut self, n: usize) -> impl Iterator<Item = T> + '_ {
+        self.0
+            .iter_mut()
+            .flat_map(move |d| d.drain(..n.min(d.len())))
+    }
+
     /// Give back the spare capacity; an empty queue gives back its box too.
     pub(crate) fn shrink_to_fit(&mut self) {
         match self.0.as_mut() {
@@ -101,6 +114,17 @@ impl<T> std::ops::Index<usize> for SlimDeque<T> {
         match self.get(i) {
             Some(x) => x,
             None => panic!("SlimDeque index {i} out of range (len {})", self.len()),
+        }
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for SlimDeque<T> {
+    /// As `VecDeque`'s: panics out of range.
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        let n = self.len();
+        match self.get_mut(i) {
+            Some(x) => x,
+            None => panic!("SlimDeque index {i} out of range (len {n})"),
         }
     }
 }

@@ -113,7 +113,7 @@ impl Connection {
             return Verdict::Refuse(NackReason::InvalidRequest, 0);
         };
         let m = d.msg;
-        let c = &mut self.counters;
+        let c = self.counters.live();
         if fl & flags::UNRELIABLE == 0
             || matches!(
                 d.op,
