@@ -168,3 +168,27 @@ impl Connection {
         self.paths.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an idle connection is made of (issue 18 item 4: at most 1 KiB at each end, with
+    /// its heap; `bench_shape`'s `an_idle_connection_costs_at_most_1_kib_of_transport_heap`
+    /// measures the whole). A field that grows one of these shows here first.
+    #[test]
+    fn idle_state_sizes() {
+        use std::mem::size_of;
+        let sizes = [
+            ("Connection", size_of::<Connection>(), 544),
+            ("TxPath", size_of::<TxPath>(), 224),
+            ("RxPath", size_of::<RxPath>(), 96),
+            ("Stream", size_of::<Stream>(), 120),
+        ];
+        for (what, got, max) in sizes {
+            assert!(got <= max, "{what} is {got} B inline, more than {max}");
+        }
+        assert_eq!(size_of::<crate::counters::CounterStore<ConnCounters>>(), 16);
+        assert_eq!(size_of::<streams::StreamMap>(), 16);
+    }
+}
