@@ -170,6 +170,7 @@ interval_ms = 20
                 Body::Open(OpenRepr {
                     src_conn: 0x1000 + i,
                     paths: 1,
+                    crowd: 0,
                     mtu: 1408,
                     line_rate_mbps: 1000,
                 }),

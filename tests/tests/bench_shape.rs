@@ -350,13 +350,16 @@ fn a_lone_flow_on_a_clean_fabric_is_within_1_percent_of_rocev2_on_seeds_1_to_8()
 }
 
 /// Issue 17, item 4, the parts that hold today (quick mode, seeds 1-8, hints on): at 64:1 and
-/// 127:1 the slowest flow completes within 1.02 of the fastest, and at 64:1 the late joiner
-/// reaches its share within 2 base RTTs. Not asserted because not met yet (measured with
-/// `ferroce bench incast`, docs/performance.md): 127:1 without drops (~40 blind pilots are
-/// tail-dropped) and settled within 3 RTTs (7.5-8), 64:1 settled within 2 (2.2-2.5).
+/// 127:1 the slowest flow completes within 1.02 of the fastest, at 64:1 the late joiner
+/// reaches its share within 2 base RTTs, at 127:1 the fabric drops nothing (the pilots are
+/// spread by the receiver's crowd, spec/transport.md COLD-6, COLD-7) and the run settles
+/// within 3 base RTTs on 7 seeds of 8 (2.57-2.66; seed 5 takes 7.76: two senders sit at 0.79
+/// of their share, just outside the ±20 % band, for three RTTs). Not asserted because not met
+/// (docs/performance.md): 127:1 settled within 3 RTTs on every seed, 64:1 within 2 (2.4-2.5).
 #[test]
 fn incast_completions_and_late_joiner_on_seeds_1_to_8() {
     let mut bad = Vec::new();
+    let mut settled_127 = 0;
     for seed in 1..=8 {
         let mut ic = IncastConfig::new(Opts { seed, ..QUICK });
         ic.senders = vec![64, 127];
@@ -375,6 +378,12 @@ fn incast_completions_and_late_joiner_on_seeds_1_to_8() {
                     x.senders, x.fct_max_min
                 ));
             }
+            if x.senders == 127 && x.drops != 0 {
+                bad.push(format!("seed {seed}, 127:1: {} drops (needs 0)", x.drops));
+            }
+            if x.senders == 127 && x.settle_rtts.is_some_and(|t| t <= 3.0) {
+                settled_127 += 1;
+            }
             if x.senders == 64 && !x.join_rtts.is_some_and(|j| j <= 2.0) {
                 bad.push(format!(
                     "seed {seed}, 64:1: late joiner {:?} RTTs (needs <= 2)",
@@ -382,6 +391,11 @@ fn incast_completions_and_late_joiner_on_seeds_1_to_8() {
                 ));
             }
         }
+    }
+    if settled_127 < 7 {
+        bad.push(format!(
+            "127:1 settled within 3 RTTs on {settled_127} of 8 seeds (needs 7)"
+        ));
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

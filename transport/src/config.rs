@@ -143,6 +143,14 @@ pub struct ConnConfig {
     /// pseudo-random point of this span after it (ns): data flows in the first RTT, and N
     /// senders starting together put at most N packets, spread, into the receiver's queue.
     pub pilot_spread_ns: u64,
+    /// Pilots the peer's last hop is assumed to queue at once (packets): with a peer that
+    /// reports a crowd of `n` connections, the pilot is spread over the line-rate time of
+    /// `n − pilot_absorb` full-sized packets when that is longer than `pilot_spread`.
+    pub pilot_absorb: u32,
+    /// The longest span a crowd stretches the pilot's to (ns): in an all-to-all every host
+    /// has a crowd of 255, and spans past ~40 µs cost more in tail-loss probes than they
+    /// save in drops.
+    pub pilot_spread_max_ns: u64,
     /// Packets a paced connection that was due but polled late may send back to back to
     /// catch up with its rate (never after idling or being held by a window or a full NIC
     /// port). 0 for hosts that run the core exactly at its deadlines (the simulator); an
@@ -199,6 +207,8 @@ impl Default for ConnConfig {
             cold_after_ns: 1_000_000,
             hint_hold_ns: 6_000,
             pilot_spread_ns: 12_000,
+            pilot_absorb: 24,
+            pilot_spread_max_ns: 36_000,
             pace_catch_up: 0,
             pace_burst: 1,
             pace_quantum_ns: 0,

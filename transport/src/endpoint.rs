@@ -35,6 +35,9 @@ pub struct Endpoint {
     /// Accepted connections (those in `by_peer`) per peer address: the OPEN bounds.
     accepted_from: HashMap<Ipv4Addr, u32>,
     id_state: u64,
+    /// The crowd level this endpoint's connections advertise (COLD-6): moved up when the
+    /// connection count passes it, down when the count's level has halved.
+    crowd_adv: u8,
     /// Connections that may have something to send, in round-robin order. Work per packet is
     /// independent of the number of connections.
     ready: VecDeque<u32>,
@@ -72,6 +75,7 @@ impl Endpoint {
         Endpoint {
             // Ids of another incarnation (same seed, other run) are unrelated: §2.6.
             id_state: cfg.seed ^ cfg.incarnation,
+            crowd_adv: 0,
             conn_cfg: Arc::new(cfg.conn.clone()),
             cfg,
             conns: ConnTable::default(),
@@ -127,6 +131,7 @@ impl Endpoint {
         let mut c = Connection::new(ConnId(id), peer, 0, cc, self.cfg.line_rate_mbps, seed);
         c.set_nic_ports(self.cfg.nic_ports);
         c.sole_here = self.note_new_conn();
+        c.crowd_here = self.note_crowd(self.conns.len() + 1);
         self.conns.insert(id, c);
         self.touch(id);
         ConnId(id)
@@ -416,9 +421,31 @@ impl Endpoint {
             && self.cfg.id_shards <= 1
     }
 
+    /// The endpoint will have `count` connections: the crowd level they advertise, moved
+    /// (and sent on every open connection whose peer heard another, COLD-6) when the count
+    /// passes it or its level has halved. Hysteresis keeps the passes over all connections
+    /// to a few per doubling or halving of the count, whatever the churn.
+    fn note_crowd(&mut self, count: usize) -> u8 {
+        let level = crate::wire::crowd_level(count);
+        if level > self.crowd_adv || (level as u32) * 2 <= self.crowd_adv as u32 {
+            self.crowd_adv = level;
+            let mut moved = Vec::new();
+            for c in self.conns.values_mut() {
+                if c.set_crowd(level) {
+                    moved.push(c.id.0);
+                }
+            }
+            for id in moved {
+                self.touch(id);
+            }
+        }
+        self.crowd_adv
+    }
+
     fn on_open(&mut self, src: Ipv4Addr, o: &crate::wire::OpenRepr, flags: u8) {
         if let Some(&id) = self.by_peer.get(&(src, o.src_conn)) {
             if let Some(c) = self.conns.get_mut(&id) {
+                c.set_peer_crowd(o.crowd);
                 c.queue_open_ack();
             }
             self.touch(id);
@@ -447,7 +474,9 @@ impl Endpoint {
         c.set_nic_ports(self.cfg.nic_ports);
         c.establish(o);
         c.set_peer_sole(flags & crate::wire::flags::SOLE != 0);
+        c.set_peer_crowd(o.crowd);
         c.sole_here = self.note_new_conn();
+        c.crowd_here = self.note_crowd(self.conns.len() + 1);
         c.queue_open_ack();
         self.conns.insert(id, c);
         self.by_peer.insert((src, o.src_conn), id);
@@ -634,6 +663,9 @@ impl Endpoint {
                 self.by_peer.values().all(|&v| v != k),
                 "connection {k} left in by_peer"
             );
+        }
+        if !self.conns.is_empty() {
+            self.note_crowd(self.conns.len());
         }
     }
 

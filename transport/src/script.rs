@@ -256,6 +256,7 @@ pub fn packet(vals: &dyn Values, line: &str) -> Result<(Vec<u8>, u16), String> {
             let o = OpenRepr {
                 src_conn: g("src_conn", 0)? as u32,
                 paths: g("paths", 1)? as u8,
+                crowd: g("crowd", 0)? as u8,
                 mtu: g("mtu", 64)? as u16,
                 line_rate_mbps: g("line_rate_mbps", 0)? as u32,
             };

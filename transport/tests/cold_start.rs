@@ -342,6 +342,20 @@ fn a_second_connection_withdraws_sole() {
         }
     }
     assert_eq!(to_a, 1, "one OPEN_ACK withdraws SOLE");
+    // A confirms (OPEN-3: its sole peer's OPEN_ACK had not asked for it), once.
+    let mut confirms = 0;
+    while let Some(t) = p.a.poll_transmit(now, &mut p.buf, &mut p.ma) {
+        let d = p.buf[..t.len].to_vec();
+        assert!(matches!(Packet::parse(&d).unwrap().body, Body::OpenAck(_)));
+        confirms += 1;
+        p.b.handle_datagram(now, A, t.src_port, false, &d, &mut p.mb);
+    }
+    assert_eq!(confirms, 1, "one confirmation");
+    assert!(
+        p.b.poll_transmit(now, &mut p.buf, &mut p.mb)
+            .is_none_or(|t| t.dst != A),
+        "the confirmation is not answered"
+    );
     now += 1_000;
     p.write();
     let sent = p.a_alone(now, now + 5_000);
@@ -349,6 +363,66 @@ fn a_second_connection_withdraws_sole() {
     assert_eq!(ops[0].0, Opcode::Probe, "a hint request first: {ops:?}");
     assert_ne!(ops[0].1 & flags::BACKLOG, 0);
     assert!(ops.len() <= 2, "request and pilot only: {ops:?}");
+}
+
+// checks: [COLD-6] [COLD-7]
+#[test]
+fn a_crowded_receiver_spreads_the_pilots() {
+    // B opens 126 more connections (127 in all, never answered): A hears B's crowd rise,
+    // level by level of the grid, in repeated OPEN_ACKs, and its cold start's pilot then
+    // falls in a span of (128 − 24) × 337 ns ≈ 35 µs instead of pilot_spread (12 µs).
+    let mut offsets = Vec::new();
+    for k in 0..12 {
+        let (mut p, mut now) = Pair::new(|c| c.seed = 100 + k);
+        let mut crowds = Vec::new();
+        for i in 0..126u32 {
+            p.b.connect(Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 1, 0)) + i));
+            while let Some(t) = p.b.poll_transmit(now, &mut p.buf, &mut p.mb) {
+                if t.dst == A {
+                    let d = p.buf[..t.len].to_vec();
+                    let pkt = Packet::parse(&d).unwrap();
+                    let Body::OpenAck(o) = pkt.body else {
+                        panic!("only OPEN_ACKs go to A: {pkt:?}");
+                    };
+                    crowds.push(o.crowd);
+                    p.a.handle_datagram(now, B, t.src_port, false, &d, &mut p.ma);
+                }
+            }
+            // A's confirmation of the SOLE withdrawal (OPEN-3) lets B send the refreshes.
+            while let Some(t) = p.a.poll_transmit(now, &mut p.buf, &mut p.ma) {
+                let d = p.buf[..t.len].to_vec();
+                assert!(matches!(Packet::parse(&d).unwrap().body, Body::OpenAck(_)));
+                p.b.handle_datagram(now, A, t.src_port, false, &d, &mut p.mb);
+            }
+            now += 100;
+        }
+        // 2..=8, then four levels per doubling up to 128: 23 repeats, each one level up.
+        let levels: Vec<u8> = (2..=8)
+            .chain([
+                10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+            ])
+            .collect();
+        assert_eq!(crowds, levels, "one OPEN_ACK per level");
+        now += 1_000;
+        p.write();
+        let sent = p.a_alone(now, now + 60_000);
+        let ops: Vec<(Opcode, u8)> = sent.iter().map(|(_, d)| opcode(d)).collect();
+        assert_eq!(ops[0].0, Opcode::Probe, "a hint request first: {ops:?}");
+        // The pilot; later only its tail-loss probe (RETX), no answer having come.
+        assert_eq!(ops[1].0, Opcode::Write, "{ops:?}");
+        assert!(
+            ops[2..].iter().all(|&(_, f)| f & flags::RETX != 0),
+            "{ops:?}"
+        );
+        offsets.push(sent[1].0 - sent[0].0);
+    }
+    let span = 104 * ((4096 + 118) * 8000 / 100_000);
+    assert!(
+        offsets.iter().all(|&o| o < span),
+        "{offsets:?} within {span} ns"
+    );
+    let past = offsets.iter().filter(|&&o| o > 12_000).count();
+    assert!(past >= 4, "the span is wider than 12 µs: {offsets:?}");
 }
 
 /// A sender whose NIC stays full (its embedder offers no transmit): the pilots a timeout

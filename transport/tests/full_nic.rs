@@ -4,7 +4,7 @@
 //! not one per later event, and must go out once transmits are asked for again.
 
 use ferroce_transport::mem::{access, Regions};
-use ferroce_transport::wire::{flags, Body, Packet};
+use ferroce_transport::wire::{self, flags, Body, Packet};
 use ferroce_transport::*;
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -129,7 +129,13 @@ fn pilots_and_acks_due_behind_a_full_nic_fire_once_and_go_out_after() {
         assert!(requests
             .iter()
             .all(|d| parse(d).flags & flags::BACKLOG != 0));
-        let spread = ConnConfig::default().pilot_spread_ns;
+        // B has CONNS connections: its crowd stretches the pilots' span past pilot_spread
+        // (COLD-7; 4 KiB packets at 100 Gbit/s).
+        let cc = ConnConfig::default();
+        let over = (wire::crowd_level(CONNS) as u64).saturating_sub(cc.pilot_absorb as u64);
+        let spread = cc
+            .pilot_spread_ns
+            .max(over * ((4096 + 118) * 8000 / 100_000));
         let (passes, fired) = hold_full(&mut a, now, now + 2 * spread);
         let steps = 2 * spread / STEP;
         // A pilot each (a few may share a time): O(connections), not O(events x connections)

@@ -318,6 +318,7 @@ fn an_open_flood_from_spoofed_sources_is_bounded_and_counted() {
             Body::Open(OpenRepr {
                 src_conn,
                 paths: 16,
+                crowd: 0,
                 mtu: 4096,
                 line_rate_mbps: 100_000,
             }),

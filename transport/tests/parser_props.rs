@@ -224,14 +224,16 @@ fn control_body() -> impl Strategy<Value = Body<'static>> {
     let open = (
         1..=u32::MAX,
         1..=u8::MAX,
+        any::<u8>(),
         ferroce_transport::wire::MIN_MTU..=u16::MAX,
         any::<u32>(),
         any::<bool>(),
     )
-        .prop_map(|(src_conn, paths, mtu, line_rate_mbps, ack)| {
+        .prop_map(|(src_conn, paths, crowd, mtu, line_rate_mbps, ack)| {
             let o = OpenRepr {
                 src_conn,
                 paths,
+                crowd,
                 mtu,
                 line_rate_mbps,
             };
@@ -312,10 +314,10 @@ fn canonical(input: &[u8], op: Opcode) -> Vec<u8> {
         seal(&mut c, n);
         return c;
     }
-    match op {
-        Opcode::Nack => c[BASE_LEN + 14..BASE_LEN + 16].fill(0),
-        Opcode::Open | Opcode::OpenAck => c[BASE_LEN + 5] = 0,
-        _ => {}
+    // OPEN / OPEN_ACK byte 13 is the crowd (WIRE-27), carried whole: only NACK's reserved
+    // bytes are zeroed.
+    if op == Opcode::Nack {
+        c[BASE_LEN + 14..BASE_LEN + 16].fill(0);
     }
     let n = c.len() - TRAILER_LEN;
     seal(&mut c, n);

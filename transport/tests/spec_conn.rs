@@ -165,6 +165,7 @@ fn a_duplicate_open_for_a_closed_connection_gets_the_same_open_ack_and_creates_n
         Body::Open(OpenRepr {
             src_conn: p.to_a,
             paths: 1,
+            crowd: 0,
             mtu: P as u16,
             line_rate_mbps: 0,
         }),

@@ -303,6 +303,7 @@ fn expected<'p>(v: &Vector, payload: &'p [u8]) -> Packet<'p> {
                 let o = OpenRepr {
                     src_conn: f.u32("src_conn"),
                     paths: f.u8("paths"),
+                    crowd: f.u8("crowd"),
                     mtu: f.u16("mtu"),
                     line_rate_mbps: f.u32("line_rate_mbps"),
                 };

@@ -114,11 +114,14 @@ fn case_open(env: &Env) -> Result<Verdict, Fail> {
         "OPEN_ACK flags 0 (SOLE allowed)",
         || format!("{fl:#04x}"),
     )?;
+    // The target's crowd: unknown (0), or its connection count (this one at least) on the
+    // level grid.
+    let crowd = r.raw[13];
     check(
         "WIRE-27",
-        r.raw[13] == 0,
-        "OPEN_ACK reserved byte 0",
-        || format!("{:#04x}", r.raw[13]),
+        crowd == 0 || crowd == ferroce_transport::wire::crowd_level(crowd as usize),
+        "OPEN_ACK crowd 0 or a level of the grid",
+        || format!("{crowd}"),
     )?;
     // A duplicate OPEN: the same OPEN_ACK, the same id, no second connection.
     p.send(&p.open_packet(me), SPORT)?;

@@ -299,6 +299,7 @@ impl<'a> Peer<'a> {
             body: Body::Open(OpenRepr {
                 src_conn,
                 paths: 1,
+                crowd: 1,
                 mtu: MTU,
                 line_rate_mbps: 0,
             }),

@@ -54,6 +54,17 @@ impl Connection {
         (gap >= base).then_some(t + gap + 2 * base)
     }
 
+    /// The span the pilot is placed in (COLD-7): `pilot_spread`, or, when the peer has a
+    /// crowd of connections that may all start at once, the time the pilots beyond
+    /// `pilot_absorb` take at the line rate, so that they arrive no faster than the peer's
+    /// link drains them and its last hop's queue takes the rest; at most `pilot_spread_max`.
+    pub(super) fn pilot_spread(&self) -> u64 {
+        let over = (self.peer_crowd as u64).saturating_sub(self.cfg.pilot_absorb as u64);
+        let ser = self.full_packet_wire() * 8000 / self.line_rate_mbps.max(1) as u64;
+        let crowd = (over * ser).min(self.cfg.pilot_spread_max_ns);
+        self.cfg.pilot_spread_ns.max(crowd)
+    }
+
     /// One MTU-sized packet's spacing at the hinted rate (ns).
     pub(super) fn hint_gap(&self) -> u64 {
         (self.full_packet_wire() as f64 * 8000.0 / self.peer_hint_mbps.max(1) as f64) as u64

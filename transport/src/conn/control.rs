@@ -37,6 +37,7 @@ impl Connection {
         OpenRepr {
             src_conn: self.id.0,
             paths: self.cfg.paths,
+            crowd: self.crowd_here,
             mtu: self.cfg.mtu,
             line_rate_mbps: self.line_rate_mbps,
         }
@@ -45,6 +46,36 @@ impl Connection {
     /// The peer's SOLE flag as its OPEN carried it (the accepting side).
     pub(crate) fn set_peer_sole(&mut self, sole: bool) {
         self.peer_sole = sole;
+    }
+
+    /// The peer's crowd as its OPEN carried it (the accepting side; a repeated OPEN too).
+    pub(crate) fn set_peer_crowd(&mut self, crowd: u8) {
+        self.peer_crowd = crowd;
+    }
+
+    /// The endpoint's crowd level moved (COLD-6): an open connection whose peer last heard
+    /// another value gets a repeated OPEN_ACK, once a packet from the peer has shown it live
+    /// (until then it waits: `handle_packet` sends it); one still opening carries the value in
+    /// its confirmation. Returns whether anything was queued.
+    pub(crate) fn set_crowd(&mut self, crowd: u8) -> bool {
+        self.crowd_here = crowd;
+        let open = matches!(self.state, ConnState::Open | ConnState::Closing);
+        if open
+            && self.peer_heard
+            && self.crowd_sent != crowd
+            && !self.ctrl_queue.iter().any(|c| matches!(c, Ctrl::OpenAck))
+        {
+            self.ctrl_queue.push_back(Ctrl::OpenAck);
+            return true;
+        }
+        false
+    }
+
+    /// A repeated OPEN_ACK to the peer (the confirmation of OPEN-3), unless one is queued.
+    pub(crate) fn set_crowd_confirm(&mut self) {
+        if !self.ctrl_queue.iter().any(|c| matches!(c, Ctrl::OpenAck)) {
+            self.ctrl_queue.push_back(Ctrl::OpenAck);
+        }
     }
 
     /// This end opened a second connection: withdraw SOLE with a repeated OPEN_ACK.
@@ -200,6 +231,9 @@ impl Connection {
             _ => 0,
         };
         self.sole_sent |= flags == flags::SOLE && matches!(c, Ctrl::Open | Ctrl::OpenAck);
+        if matches!(c, Ctrl::Open | Ctrl::OpenAck) {
+            self.crowd_sent = self.crowd_here;
+        }
         let pkt = Packet {
             flags,
             path,

@@ -180,7 +180,7 @@ mod tests {
     fn idle_state_sizes() {
         use std::mem::size_of;
         let sizes = [
-            ("Connection", size_of::<Connection>(), 544),
+            ("Connection", size_of::<Connection>(), 552),
             ("TxPath", size_of::<TxPath>(), 224),
             ("RxPath", size_of::<RxPath>(), 96),
             ("Stream", size_of::<Stream>(), 120),

@@ -375,6 +375,16 @@ pub struct Connection {
     /// The peer said SOLE and has not withdrawn it: a cold start goes at line rate at once,
     /// without hint request or pilot (no other sender can share the peer's inbound link).
     peer_sole: bool,
+    /// The crowd this end's OPEN / OPEN_ACK carry (its endpoint's connection count as a
+    /// `wire::crowd_level`; set by the endpoint), the one the last of them carried, and the
+    /// peer's (0: unknown): a cold start spreads its pilot by it (§5.8, COLD-6, COLD-7).
+    pub(crate) crowd_here: u8,
+    crowd_sent: u8,
+    peer_crowd: u8,
+    /// A packet from the peer has arrived since the open (an accepting connection learns
+    /// it so; an initiator by the OPEN_ACK): only then does a crowd refresh go, so that a
+    /// spoofed OPEN gets one OPEN_ACK and no more (spec/security.md §3).
+    peer_heard: bool,
     /// Payload bytes of ORDERED packets held for their turn (§7.2), all streams.
     held_bytes: u64,
     /// An ACK_REQ went out and no ACK has come back since.
@@ -572,6 +582,10 @@ impl Connection {
             sole_here: false,
             sole_sent: false,
             peer_sole: false,
+            crowd_here: 0,
+            crowd_sent: 0,
+            peer_crowd: 0,
+            peer_heard: false,
             counters: CounterStore::default(),
             completions: SlimDeque::new(),
             events: SlimDeque::new(),
@@ -730,6 +744,13 @@ impl Connection {
         ce: bool,
         mem: &mut dyn Memory,
     ) {
+        if !self.peer_heard {
+            // The peer is live at its address: a crowd refresh held back till now goes.
+            self.peer_heard = true;
+            if self.state != ConnState::Opening {
+                self.set_crowd(self.crowd_here);
+            }
+        }
         // Plane reflection: answers on this path leave on the plane the peer's path arrives
         // on. Only the peer's own packets of that path count (data, probes), not ACKs about
         // our path of the same index.
@@ -748,14 +769,26 @@ impl Connection {
                 // After establishment an OPEN_ACK can only withdraw SOLE (a late duplicate
                 // must not restore a grant its sender has since taken back).
                 if pkt.flags & flags::SOLE == 0 {
+                    if self.peer_sole && self.state != ConnState::Opening {
+                        // SOLE withdrawn: the peer now has a crowd to refresh, and a sole peer
+                        // got no confirmation (OPEN-3): send it now, once.
+                        self.set_crowd_confirm();
+                    }
                     self.peer_sole = false;
                 }
+                // A repeated OPEN_ACK also updates the peer's crowd (COLD-6).
+                self.peer_crowd = o.crowd;
                 if self.state == ConnState::Opening {
                     self.establish(o);
                     self.peer_sole = pkt.flags & flags::SOLE != 0;
-                    if self.sole_sent && !self.sole_here {
-                        // SOLE was withdrawn while the OPEN was out: say so now.
-                        self.sole_sent = false;
+                    // The confirmation (OPEN-3): it tells the responder that this end heard its
+                    // OPEN_ACK, which lets it send crowd refreshes (COLD-6), and carries this
+                    // end's SOLE and crowd as they are now (either may have moved while the
+                    // OPEN was out). A SOLE responder has no crowd to refresh: it gets one
+                    // only if something moved.
+                    let withdraw = self.sole_sent && !self.sole_here;
+                    if !self.peer_sole || withdraw || self.crowd_sent != self.crowd_here {
+                        self.sole_sent &= !withdraw;
                         self.ctrl_queue.push_back(Ctrl::OpenAck);
                     }
                     self.ctrl_at = At::from(None);

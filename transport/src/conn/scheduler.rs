@@ -262,7 +262,7 @@ impl Connection {
                 self.pilot_path = p;
                 self.pilot_sent_at = At::from(None);
                 self.pilot_at = At::from(Some(
-                    now + splitmix64(self.seed ^ now ^ 0x9170) % self.cfg.pilot_spread_ns.max(1),
+                    now + splitmix64(self.seed ^ now ^ 0x9170) % self.pilot_spread().max(1),
                 ));
             }
             self.hint_req_at = At::from(Some(now));

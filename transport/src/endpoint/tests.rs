@@ -24,6 +24,7 @@ fn connection_ids_stay_in_their_shard() {
                 body: crate::wire::Body::Open(crate::wire::OpenRepr {
                     src_conn: 1000 + i,
                     paths: 2,
+                    crowd: 0,
                     mtu: 1024,
                     line_rate_mbps: 10_000,
                 }),

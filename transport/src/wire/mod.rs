@@ -417,10 +417,30 @@ pub struct OpenRepr {
     pub src_conn: u32,
     /// Number of paths the sender will use (1..=255).
     pub paths: u8,
+    /// The sending endpoint's connection count, rounded up to a level of [`crowd_level`]
+    /// (0: unknown). A cold sender spreads its pilot by it (spec/transport.md §5.8, COLD-6).
+    pub crowd: u8,
     /// Largest payload per packet the sender accepts.
     pub mtu: u16,
     /// The sender's line rate in Mbit/s (receiver-side allocation uses the smaller side).
     pub line_rate_mbps: u32,
+}
+
+/// The crowd value (OPEN / OPEN_ACK byte 13) for `count` connections: `count` itself up to 8,
+/// above it rounded up to the next `m · 2^e` with `m` in 4..=7 (at most 25 % high), capped at
+/// 255 ("255 or more"). The grid keeps the repeated OPEN_ACKs that update it to a few per
+/// doubling of the count (spec/wire.md §2.12, transport.md §5.8).
+pub fn crowd_level(count: usize) -> u8 {
+    if count <= 8 {
+        return count as u8;
+    }
+    if count > 224 {
+        return 255;
+    }
+    // count in 9..=224: e with 4 · 2^e < count <= 8 · 2^e, then the smallest m · 2^e >= count.
+    let e = usize::BITS - 1 - (count - 1).leading_zeros() - 2; // floor(log2(count - 1)) - 2
+    let m = count.div_ceil(1 << e);
+    (m << e) as u8
 }
 
 /// Connection close (and its answer).
@@ -599,10 +619,8 @@ impl<'a> Packet<'a> {
                     let o = OpenRepr {
                         src_conn: r.u32(),
                         paths: r.u8(),
-                        mtu: {
-                            let _reserved = r.u8();
-                            r.u16()
-                        },
+                        crowd: r.u8(),
+                        mtu: r.u16(),
                         line_rate_mbps: r.u32(),
                     };
                     if o.paths == 0 {
@@ -766,7 +784,7 @@ impl<'a> Packet<'a> {
             Body::Open(o) | Body::OpenAck(o) => {
                 w.u32(o.src_conn);
                 w.u8(o.paths);
-                w.u8(0);
+                w.u8(o.crowd);
                 w.u16(o.mtu);
                 w.u32(o.line_rate_mbps);
             }

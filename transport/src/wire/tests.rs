@@ -38,3 +38,32 @@ fn psn_serial_arithmetic_wraps() {
     assert!(!psn_lt(3, u32::MAX - 5));
     assert_eq!(psn_diff(2, u32::MAX), 3);
 }
+
+// checks: [WIRE-27]
+#[test]
+fn crowd_level_is_the_grid_rounded_up() {
+    let mut grid: Vec<usize> = (0..=8).collect();
+    for e in 1..6 {
+        grid.extend((5..=8).map(|m| m << e)); // 10..16, 20..32, ..., 160..256
+    }
+    for n in 0..=300usize {
+        let want = grid
+            .iter()
+            .copied()
+            .find(|&g| g >= n)
+            .unwrap_or(256)
+            .min(255);
+        // 225..=256 round up to 256, written as 255 ("more than 224").
+        let want = if n > 224 { 255 } else { want };
+        assert_eq!(crowd_level(n) as usize, want, "count {n}");
+        assert!(
+            crowd_level(n) as usize >= n.min(255),
+            "never below the count"
+        );
+    }
+    assert_eq!(crowd_level(usize::MAX), 255);
+    // On the grid, a level is its own level: a receiver could check it, but takes any value.
+    for &g in &grid[..grid.len() - 1] {
+        assert_eq!(crowd_level(g) as usize, g);
+    }
+}
