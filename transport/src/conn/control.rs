@@ -60,22 +60,18 @@ impl Connection {
     pub(crate) fn set_crowd(&mut self, crowd: u8) -> bool {
         self.crowd_here = crowd;
         let open = matches!(self.state, ConnState::Open | ConnState::Closing);
-        if open
-            && self.peer_heard
-            && self.crowd_sent != crowd
-            && !self.ctrl_queue.iter().any(|c| matches!(c, Ctrl::OpenAck))
-        {
-            self.ctrl_queue.push_back(Ctrl::OpenAck);
-            return true;
-        }
-        false
+        open && self.peer_heard && self.crowd_sent != crowd && self.queue_open_ack_once()
     }
 
-    /// A repeated OPEN_ACK to the peer (the confirmation of OPEN-3), unless one is queued.
-    pub(crate) fn set_crowd_confirm(&mut self) {
-        if !self.ctrl_queue.iter().any(|c| matches!(c, Ctrl::OpenAck)) {
+    /// A repeated OPEN_ACK to the peer (a confirmation, OPEN-3, or a crowd refresh, COLD-6),
+    /// unless one is queued already: it carries the values current when it is sent. Returns
+    /// whether it queued one.
+    pub(crate) fn queue_open_ack_once(&mut self) -> bool {
+        let queued = self.ctrl_queue.iter().any(|c| matches!(c, Ctrl::OpenAck));
+        if !queued {
             self.ctrl_queue.push_back(Ctrl::OpenAck);
         }
+        !queued
     }
 
     /// This end opened a second connection: withdraw SOLE with a repeated OPEN_ACK.

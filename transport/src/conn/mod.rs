@@ -772,7 +772,7 @@ impl Connection {
                     if self.peer_sole && self.state != ConnState::Opening {
                         // SOLE withdrawn: the peer now has a crowd to refresh, and a sole peer
                         // got no confirmation (OPEN-3): send it now, once.
-                        self.set_crowd_confirm();
+                        self.queue_open_ack_once();
                     }
                     self.peer_sole = false;
                 }
