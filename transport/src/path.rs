@@ -96,6 +96,8 @@ pub struct TxPath {
     pub last_ack_at: u64,
     /// Tail-loss probes sent since the last ACK progress (each waits twice as long).
     pub(crate) tlps_sent: u8,
+    /// PROBEs sent since the path failed (Probing): each doubles the wait (PATH-12).
+    pub(crate) probing_sent: u8,
     /// Read with [`TxPath::counters`]; folded to its nonzero words while idle.
     counters: CounterStore<PathCounters>,
 }
@@ -156,6 +158,7 @@ impl TxPath {
             consec_lost: 0,
             last_ack_at: 0,
             tlps_sent: 0,
+            probing_sent: 0,
             counters: CounterStore::default(),
         }
     }
@@ -649,6 +652,7 @@ impl TxPath {
     pub(crate) fn fail(&mut self, now: u64) {
         // The first probe (at once) moves the path: new source port and next plane.
         self.state = PathState::Probing;
+        self.probing_sent = 0;
         self.failed_at = now;
         self.probe_at = Some(now);
         self.counters.live().failures += 1;

@@ -87,6 +87,133 @@ fn a_path_made_suspect_by_an_rto_sends_one_probe_then_fails_and_probe_seq_starts
     assert_eq!(conn.counters().path_failures, 1, "{:?}", conn.counters());
 }
 
+// checks: [PATH-12] [PATH-3]
+#[test]
+fn a_probing_path_searches_128_routes_then_doubles_its_wait_up_to_max_rto() {
+    let mut p = Pair::new();
+    let rkey = p.mb.register(1, DST, 4096, access::REMOTE_WRITE);
+    let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
+    let op = SendOp::Write {
+        rkey,
+        raddr: DST,
+        imm: None,
+    };
+    p.a.post_send(p.a_conn, 1, wr(1, op, sge(lkey, 0x1000, 4 * P)))
+        .unwrap();
+    // Everything A sends from now on is lost. PROBEs (not hint requests): (time, port, seq).
+    let mut probes: Vec<(u64, u16, u32)> = Vec::new();
+    let limit = p.now + 2_000_000_000;
+    while p.now < limit && probes.len() < 139 {
+        if p.a.poll_timeout().is_some_and(|t| t <= p.now) {
+            p.a.handle_timeout(p.now);
+        }
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let pkt = Packet::parse(&p.buf[..t.len]).unwrap();
+            if let Body::Probe(x) = pkt.body {
+                if pkt.flags & flags::BACKLOG == 0 {
+                    probes.push((p.now, t.src_port, x.probe_seq));
+                }
+            }
+        }
+        // Straight to the next deadline: the waits grow to 100 ms.
+        p.now =
+            p.a.poll_timeout()
+                .map_or(p.now + 1_000, |t| t.max(p.now + 1));
+    }
+    assert_eq!(probes.len(), 139, "{probes:?}");
+    // Suspect PROBEs on the data route, then Probing: one at once on failing (the first on
+    // another port), then waits of 1, 2, 4, ... ms, each PROBE on a new port, up to max_rto.
+    let f = probes
+        .iter()
+        .position(|x| x.1 != probes[0].1)
+        .expect("the path failed and re-routed");
+    let gaps: Vec<u64> = probes[f..].windows(2).map(|w| w[1].0 - w[0].0).collect();
+    let cfg = EndpointConfig::default().conn;
+    // 128 waits of probe_interval, then doubling: 2, 4, ... up to max_rto.
+    let want: Vec<u64> = (0..gaps.len() as u32)
+        .map(|n| (cfg.probe_interval_ns << n.saturating_sub(127)).min(cfg.max_rto_ns))
+        .collect();
+    assert!(gaps.len() >= 128 + 7, "{gaps:?}");
+    assert_eq!(gaps, want, "{probes:?}");
+    assert_eq!(*gaps.last().unwrap(), cfg.max_rto_ns);
+    for w in probes[f..].windows(2) {
+        assert_ne!(
+            w[0].1, w[1].1,
+            "a Probing PROBE on the previous route: {probes:?}"
+        );
+    }
+}
+
+// checks: [PATH-12] [PATH-6]
+#[test]
+fn a_probing_path_whose_answers_come_late_backs_off_until_one_is_in_time() {
+    // B's answers to PROBEs take 5 ms (a peer behind a long queue); everything else of A's is
+    // lost until the path has failed. At 1 ms per PROBE every answer would be stale for good.
+    let mut p = Pair::new();
+    let rkey = p.mb.register(1, DST, 4096, access::REMOTE_WRITE);
+    let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
+    let op = SendOp::Write {
+        rkey,
+        raddr: DST,
+        imm: None,
+    };
+    p.a.post_send(p.a_conn, 1, wr(1, op, sge(lkey, 0x1000, 4 * P)))
+        .unwrap();
+    const LATE: u64 = 5_000_000;
+    let mut late: Vec<(u64, u16, Vec<u8>)> = Vec::new();
+    let mut failed = false;
+    let (mut done, mut probes) = (false, 0u32);
+    let end = p.now + 2_000_000_000;
+    while p.now < end && !done {
+        for e in [&mut p.a, &mut p.b] {
+            if e.poll_timeout().is_some_and(|t| t <= p.now) {
+                e.handle_timeout(p.now);
+            }
+        }
+        while let Some(t) = p.a.poll_transmit(p.now, &mut p.buf, &mut p.ma) {
+            let d = p.buf[..t.len].to_vec();
+            let pkt = Packet::parse(&d).unwrap();
+            let probe = matches!(pkt.body, Body::Probe(_)) && pkt.flags & flags::BACKLOG == 0;
+            failed |= p.a.connection(p.a_conn).unwrap().counters().path_failures > 0;
+            if probe {
+                probes += 1;
+            }
+            if failed {
+                p.b.handle_datagram(p.now, A, t.src_port, false, &d, &mut p.mb);
+            }
+        }
+        while let Some(t) = p.b.poll_transmit(p.now, &mut p.buf, &mut p.mb) {
+            let d = p.buf[..t.len].to_vec();
+            if matches!(Packet::parse(&d).map(|x| x.body), Ok(Body::ProbeAck(_))) {
+                late.push((p.now + LATE, t.src_port, d));
+            } else {
+                p.a.handle_datagram(p.now, B, t.src_port, false, &d, &mut p.ma);
+            }
+        }
+        while late.first().is_some_and(|l| l.0 <= p.now) {
+            let (_, port, d) = late.remove(0);
+            p.a.handle_datagram(p.now, B, port, false, &d, &mut p.ma);
+        }
+        done =
+            p.a.poll_completion()
+                .is_some_and(|c| c.status == Status::Success);
+        let next = [
+            p.a.poll_timeout(),
+            p.b.poll_timeout(),
+            late.first().map(|l| l.0),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        p.now = next.map_or(p.now + 1_000, |t| t.clamp(p.now + 1, p.now + 1_000_000));
+    }
+    assert!(failed, "the path never failed");
+    assert!(done, "the path never came back ({probes} PROBEs)");
+    // The first late answer arrives 5 ms into the search: from there the waits double
+    // (2, 4, 8 ms) and the PROBE after the 8 ms wait is answered in time.
+    assert!(probes < 20, "{probes} PROBEs: no back-off on late answers");
+}
+
 // checks: [CMPL-1] [LOSS-1] [LOSS-2]
 #[test]
 fn a_sack_hole_is_resent_under_a_new_psn_and_completions_stay_in_msn_order() {

@@ -466,6 +466,11 @@ const WIRE_OVERHEAD: usize = 14 + 20 + 8 + 4 + 20;
 const HINT_WINDOW_MIN: f64 = 4.0;
 /// Store-and-forward hops a pilot's queueing estimate allows for (a 3-tier Clos).
 const PILOT_HOPS: u64 = 6;
+/// PROBEs a failed path sends `probe_interval` apart, each on a new route, before (or until an
+/// answer comes back late) the waits start doubling (PATH-12): enough that a route search
+/// where 1 route in 16 works fails with odds of (15/16)^128 ≈ 3e-4.
+pub(crate) const PROBE_SEARCH: u8 = 128;
+
 /// The first home probe of a path that left its plane goes `probe_interval` / 2^this after
 /// it left; each further one waits twice as long, up to `probe_interval`.
 const HOME_PROBE_STEPS: u8 = 5;

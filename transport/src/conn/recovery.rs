@@ -45,6 +45,10 @@ impl Connection {
                     .srtt_ns
                     .map(|s| (s as u64 * 2).max(self.cfg.min_rto_ns))
                     .unwrap_or(self.cfg.initial_rto_ns);
+            } else if tp.state == PathState::Probing && pr.probe_seq != 0 {
+                // An answer to an older PROBE: the route search is not the problem, the
+                // answers' round trip is longer than the wait (PATH-12). Back off now.
+                tp.probing_sent = tp.probing_sent.max(PROBE_SEARCH);
             }
         }
     }
@@ -292,12 +296,21 @@ impl Connection {
                             p.rto_ns
                         }
                         _ => {
-                            // Probing: every probe tries a new route.
+                            // Probing: every probe tries a new route: `PROBE_SEARCH` of them
+                            // `probe_interval` apart, then (or as soon as an answer comes
+                            // back late) each wait doubles, up to max_rto (PATH-12). Only
+                            // the latest probe's answer is accepted (PATH-6), so a fixed
+                            // 1 ms rate never recovers a path whose answers take longer, and
+                            // thousands of connections probing at it are themselves the
+                            // queue that makes them late.
                             p.generation = p.generation.wrapping_add(1);
                             p.entropy = path_entropy(self.seed, i as u8, p.generation);
                             p.move_plane();
                             p.counters_mut().reroutes += 1;
-                            self.cfg.probe_interval_ns
+                            let k = (p.probing_sent.saturating_sub(PROBE_SEARCH - 1)).min(20);
+                            p.probing_sent = p.probing_sent.saturating_add(1);
+                            let cap = self.cfg.probe_interval_ns.max(self.cfg.max_rto_ns);
+                            (self.cfg.probe_interval_ns << k).min(cap)
                         }
                     };
                     p.probe_at = if p.state == PathState::Good {
