@@ -112,6 +112,9 @@ impl Transport for Profiled {
     fn poll_event(&mut self) -> Option<Event> {
         timed(7, || self.0.poll_event())
     }
+    fn compact_idle(&mut self) {
+        self.0.compact_idle()
+    }
     fn totals(&self) -> TransportTotals {
         self.0.totals()
     }

@@ -39,6 +39,7 @@ fn alloc_counts() -> Option<(u64, u64)> {
 
 fn main() -> ExitCode {
     ferroce_dataplane::cpu::set_alloc_counter(alloc_counts);
+    ferroce_dataplane::cpu::set_heap_counter(ferroce_benches::alloc::live_bytes);
     // `bench dataplane` takes the dataplane's own options: hand them over unparsed.
     let argv: Vec<String> = std::env::args().collect();
     if argv.len() >= 3 && argv[1] == "bench" && argv[2] == "dataplane" {

@@ -27,6 +27,11 @@ pub struct RealSoakArgs {
     /// No injected faults.
     #[arg(long)]
     pub no_faults: bool,
+    /// Idle connections the client opens beside the workload's, each run (each READs 4 KiB
+    /// once, verified, then idles until the run ends): both engines report their process's
+    /// heap per idle connection.
+    #[arg(long, default_value_t = 0)]
+    pub idle_connections: u32,
 }
 
 /// The kernel's and the engines' addresses: a /24 of 198.18.0.0/15 no other test uses; the
@@ -154,6 +159,10 @@ struct SideReport {
     retx_pkts: Option<u64>,
     fault_tx: Value,
     rss_samples: Vec<MemSample>,
+    /// The idle connections (`--idle-connections`): opened, READs verified, closed, heap
+    /// per idle connection.
+    #[serde(skip_serializing_if = "Value::is_null")]
+    fleet: Value,
 }
 
 /// One run of the engine pair.
@@ -246,6 +255,7 @@ fn config_text(
     messages: u32,
     timeout_s: f64,
     wl_seed: u64,
+    idle_connections: u32,
 ) -> String {
     let role = if side == 0 { "client" } else { "server" };
     format!(
@@ -275,6 +285,7 @@ depth = 8
 recv_depth = 32
 seed = {wl_seed}
 timeout_s = {timeout_s}
+connections = {idle_connections}
 "#,
         iface = veth.ifname[side],
         addr = ENGINE[side],
@@ -323,6 +334,7 @@ fn side_report(v: &Value, exited_ok: bool, err_file: &Path, rss: Vec<MemSample>)
         retx_pkts: v["counters"]["transport"]["retx_pkts"].as_u64(),
         fault_tx: v["counters"]["fault_tx"].clone(),
         rss_samples: rss,
+        fleet: w["fleet"].clone(),
     }
 }
 
@@ -380,7 +392,15 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
             // than the client sends: its checks must report them.
             let wl_seed = if a.tamper && side == 1 { 2 } else { 1 };
             let faults = PhaseFaults::schedule_toml(&mixes, epoch_s, seed * 7 + side as u64 + 1);
-            let text = config_text(side, &veth, &faults, messages, timeout, wl_seed);
+            let text = config_text(
+                side,
+                &veth,
+                &faults,
+                messages,
+                timeout,
+                wl_seed,
+                r.idle_connections,
+            );
             let p = dir.join(format!("phase{phase}-{side}.toml"));
             std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
             files.push((
@@ -500,6 +520,24 @@ pub fn run(a: &SoakArgs, r: &RealSoakArgs) -> Result<bool, String> {
             s.completed,
             c.retx_pkts.unwrap_or(0) + s.retx_pkts.unwrap_or(0)
         );
+        for (name, side) in [("client", &c), ("server", &s)] {
+            let f = &side.fleet;
+            if !f.is_null() {
+                eprintln!(
+                    "[{:>6.1} s] run {phase}: {name}'s idle connections: {} of {} open in {:.2} s, \
+                     {} READs verified, {} closed, heap per idle connection {}",
+                    t0.elapsed().as_secs_f64(),
+                    f["opened"],
+                    f["connections"],
+                    f["open_s"].as_f64().unwrap_or(0.0),
+                    f["reads_ok"],
+                    f["closed"],
+                    f["heap_per_conn"]
+                        .as_f64()
+                        .map_or("not measured".into(), |b| format!("{b:.0} B"))
+                );
+            }
+        }
         let this_messages = messages;
         // Size the next run from this one's rate (work requests per second) to fill the time
         // left (a little less: faults of later epochs may be harder).

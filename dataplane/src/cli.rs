@@ -83,6 +83,7 @@ reorder = 0.0
 [engine]
 burst = 32
 idle_sleep_us = 20           # 0 with idle_polls_before_sleep = 0: pure polling
+compact_interval_ms = 1000   # idle connections give spare capacity back (0: never)
 
 [counters]
 # json = "/tmp/ferroce-counters.json"

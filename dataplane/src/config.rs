@@ -172,6 +172,8 @@ pub struct EngineSection {
     pub burst: u16,
     pub idle_polls_before_sleep: u32,
     pub idle_sleep_us: u64,
+    /// Give idle connections' spare queue capacity back this often (0: never).
+    pub compact_interval_ms: u64,
     pub queue_depth: usize,
     /// Worker lcore to run the loop on (default: the first worker; a thread if none).
     pub lcore: Option<u32>,
@@ -189,6 +191,7 @@ impl Default for EngineSection {
             burst: 32,
             idle_polls_before_sleep: 2000,
             idle_sleep_us: 20,
+            compact_interval_ms: 1000,
             queue_depth: 4096,
             lcore: None,
             lcores: 1,
@@ -204,6 +207,8 @@ pub struct CountersSection {
     /// Write the counters (JSON) here every `interval_ms` and at exit (`ferroce stats` reads it).
     pub json: Option<PathBuf>,
     pub interval_ms: u64,
+    /// Connections listed one by one (the busiest); all are summed in `connections_all`.
+    pub connections_max: usize,
 }
 
 impl Default for CountersSection {
@@ -211,6 +216,7 @@ impl Default for CountersSection {
         CountersSection {
             json: None,
             interval_ms: 200,
+            connections_max: 256,
         }
     }
 }
@@ -249,6 +255,15 @@ pub struct WorkloadSection {
     pub recv_depth: u32,
     pub seed: u64,
     pub timeout_s: f64,
+    /// Idle connections beside the workload (client and server must agree): the client
+    /// opens them first, READs 4 KiB once on each, holds them idle through the workload and
+    /// closes them after it; both sides report the heap per idle connection
+    /// (`app::fleet`). 0: none.
+    pub connections: u32,
+    /// How long after the last idle connection was used each side samples its heap (the
+    /// client waits one second longer, so the server samples before the workload's own
+    /// connection opens).
+    pub idle_settle_s: f64,
     /// Also write the result (JSON) here.
     pub result_json: Option<PathBuf>,
 }
@@ -274,6 +289,8 @@ impl Default for WorkloadSection {
             recv_depth: 16,
             seed: 1,
             timeout_s: 60.0,
+            connections: 0,
+            idle_settle_s: 2.0,
             result_json: None,
         }
     }
@@ -605,6 +622,28 @@ impl Config {
         if self.workload.timeout_s.is_nan() || self.workload.timeout_s <= 0.0 {
             return Err(field("workload.timeout_s", "must be > 0"));
         }
+        let w = &self.workload;
+        if w.connections > 0 {
+            if !matches!(w.role.as_str(), "client" | "server") {
+                return Err(field(
+                    "workload.connections",
+                    "idle connections need role \"client\" or \"server\"",
+                ));
+            }
+            if !(w.idle_settle_s.is_finite() && w.idle_settle_s > 0.0) {
+                return Err(field("workload.idle_settle_s", "must be > 0"));
+            }
+            if w.role == "server" && w.connections >= self.transport.max_accepted_per_peer {
+                return Err(field(
+                    "workload.connections",
+                    format!(
+                        "{} idle connections and the workload's need more than \
+                         transport.max_accepted_per_peer = {}",
+                        w.connections, self.transport.max_accepted_per_peer
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -635,8 +674,10 @@ impl Config {
             snaplen: self.capture.snaplen,
             counters_json: self.counters.json.clone(),
             counters_interval_ms: self.counters.interval_ms,
+            counters_conns_max: self.counters.connections_max,
             idle_polls_before_sleep: self.engine.idle_polls_before_sleep,
             idle_sleep_us: self.engine.idle_sleep_us,
+            compact_interval_ms: self.engine.compact_interval_ms,
             queue_depth: self.engine.queue_depth,
             stop_on_link_down: self.engine.stop_on_link_down,
             verify_udp_checksum: self.net.verify_udp_checksum.unwrap_or_else(|| {
@@ -779,6 +820,37 @@ mod tests {
         assert!(c.validate().unwrap_err().0.contains("\"compliance\""));
         let e = Config::load(None, &[], []).unwrap_err();
         assert!(e.0.contains("net.address"), "{e}");
+        // Idle connections need a workload side, a settle time and room at the server.
+        let c = Config::from_toml(&(base() + "[workload]\nconnections = 10\n"), "x").unwrap();
+        assert!(c.validate().unwrap_err().0.contains("workload.connections"));
+        let c = Config::from_toml(
+            &(base() + "[workload]\nrole = \"server\"\nconnections = 10\nidle_settle_s = 0\n"),
+            "x",
+        )
+        .unwrap();
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .0
+            .contains("workload.idle_settle_s"));
+        let c = Config::from_toml(
+            &(base()
+                + "[transport]\nmax_accepted_per_peer = 10\n[workload]\nrole = \"server\"\n\
+                   connections = 10\n"),
+            "x",
+        )
+        .unwrap();
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .0
+            .contains("max_accepted_per_peer"));
+        let c = Config::from_toml(
+            &(base() + "[workload]\nrole = \"server\"\nconnections = 4000\n"),
+            "x",
+        )
+        .unwrap();
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub struct PortCounters {
     pub output_batches: u64,
     pub polls: u64,
     pub idle_sleeps: u64,
+    /// Passes giving idle connections' spare capacity back (`engine.compact_interval_ms`).
+    pub compactions: u64,
 }
 
 impl PortCounters {
@@ -126,10 +128,18 @@ pub fn roce_json(c: &ferroce_transport::roce::RoceCounters) -> Value {
 }
 
 pub fn conn_json(id: u32, peer: std::net::Ipv4Addr, state: &str, k: &ConnCounters) -> Value {
+    let mut v = counters_json(k);
+    if let Some(m) = v.as_object_mut() {
+        m.insert("conn".into(), id.into());
+        m.insert("peer".into(), peer.to_string().into());
+        m.insert("state".into(), state.into());
+    }
+    v
+}
+
+/// A connection's counters (or their sum over connections), as JSON.
+pub fn counters_json(k: &ConnCounters) -> Value {
     json!({
-        "conn": id,
-        "peer": peer.to_string(),
-        "state": state,
         "tx_pkts": k.tx_pkts,
         "tx_payload_bytes": k.tx_payload_bytes,
         "retx_pkts": k.retx_pkts,

@@ -52,6 +52,22 @@ pub fn alloc_counts() -> Option<(u64, u64)> {
     ALLOC_COUNTER.get().and_then(|f| f())
 }
 
+/// Live heap bytes of the whole process, from the program's allocator.
+pub type HeapCounter = fn() -> Option<i64>;
+
+static HEAP_COUNTER: OnceLock<HeapCounter> = OnceLock::new();
+
+/// The program's live-heap counter (the `ferroce` program passes
+/// `ferroce_benches::alloc::live_bytes`); without one, memory per connection is not reported.
+pub fn set_heap_counter(f: HeapCounter) {
+    let _ = HEAP_COUNTER.set(f);
+}
+
+/// Live heap bytes of the process now, if a counter was set.
+pub fn heap_live_bytes() -> Option<i64> {
+    HEAP_COUNTER.get().and_then(|f| f())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -158,8 +158,11 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
     let spec = cfg.workload_spec().ok();
     // A server listens before its engine runs: its first turn takes the listen command
     // before any packet, so an early client's OPEN never finds a listener without streams.
-    let server = (cfg.workload.role == "server")
-        .then(|| app::ServerApp::new(h.clone(), spec.as_ref().expect("validated")));
+    let settle = Duration::from_secs_f64(cfg.workload.idle_settle_s);
+    let server = (cfg.workload.role == "server").then(|| {
+        app::ServerApp::new(h.clone(), spec.as_ref().expect("validated"))
+            .with_fleet(cfg.workload.connections, settle)
+    });
     let lcore = cfg
         .engine
         .lcore
@@ -187,7 +190,15 @@ pub fn run_engine(cfg: &Config) -> Result<Value, String> {
                 .expect("validated");
             let spec = spec.expect("validated");
             let keys = app::server_keys(&spec);
-            Some(app::run_client(&h, &spec, peer, keys, timeout))
+            Some(app::run_client_fleet(
+                &h,
+                &spec,
+                peer,
+                keys,
+                timeout,
+                cfg.workload.connections,
+                settle + Duration::from_secs(1),
+            ))
         }
         "compliance" => Some(crate::compliance_target::run(&h, timeout, || {
             SIGNALLED.load(std::sync::atomic::Ordering::SeqCst)

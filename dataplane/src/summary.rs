@@ -15,6 +15,13 @@ fn u(v: &Value) -> u64 {
 
 /// Sum of `key` over the report's connections (a number, or an array of per-reason counts).
 fn conn_sum(counters: &Value, key: &str) -> u64 {
+    // The engine sums every connection (it lists only the busiest); older reports only list.
+    if let Some(v) = counters["connections_all"].get(key) {
+        return match v {
+            Value::Array(a) => a.iter().map(u).sum(),
+            v => u(v),
+        };
+    }
     counters["connections"]
         .as_array()
         .map(|cs| {
@@ -228,7 +235,9 @@ pub fn render(cfg: &Config, report: &Value) -> String {
             count(sent),
             bytes(conn_sum(c, "tx_payload_bytes")),
             count(conn_sum(c, "rx_pkts")),
-            c["connections"].as_array().map_or(0, |a| a.len())
+            c["connections_total"]
+                .as_u64()
+                .unwrap_or_else(|| c["connections"].as_array().map_or(0, |a| a.len() as u64))
         ),
     );
     line(
@@ -250,11 +259,13 @@ pub fn render(cfg: &Config, report: &Value) -> String {
     );
     // Resends with nothing lost are the peer's ACKs held past this end's timers (a
     // descheduled engine): the longest hold the peers reported says so.
-    let hold_max = c["connections"]
+    let listed = c["connections"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|k| u(&k["rx_ack_hold_max_ns"]))
+        .map(|k| u(&k["rx_ack_hold_max_ns"]));
+    let hold_max = listed
+        .chain(c["connections_all"]["rx_ack_hold_max_ns"].as_u64())
         .max()
         .unwrap_or(0);
     if hold_max > 0 {

@@ -307,6 +307,10 @@ pub trait Transport {
     fn handle_timeout(&mut self, now: u64);
     fn poll_completion(&mut self) -> Option<Completion>;
     fn poll_event(&mut self) -> Option<Event>;
+    /// Give back the spare capacity idle connections (and the engine's own queues) hold
+    /// since their busiest moment. An embedder calls it now and then (the DPDK engine every
+    /// `engine.compact_interval_ms`), never per packet: it walks every connection.
+    fn compact_idle(&mut self);
     /// Totals across connections, for benchmarks and counters dumps.
     fn totals(&self) -> TransportTotals;
     /// UDP destination port this engine speaks on (4792 native, 4791 RoCEv2).

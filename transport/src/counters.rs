@@ -161,6 +161,18 @@ words!(ConnCounters {
     rx_acks_bogus, rx_acks_stale, rx_nacks_ignored,
 } [nacks_sent: 6, nacks_received: 6]);
 
+impl ConnCounters {
+    /// Add `o` in (every counter summed, except the longest ACK hold, which is the larger).
+    pub fn add(&mut self, o: &ConnCounters) {
+        let hold = self.rx_ack_hold_max_ns.max(o.rx_ack_hold_max_ns);
+        for i in 0..Self::WORDS {
+            let w = self.word_mut(i);
+            *w = w.wrapping_add(o.word(i));
+        }
+        self.rx_ack_hold_max_ns = hold;
+    }
+}
+
 /// Where a connection or a path keeps its counters: while in use, boxed as the struct
 /// (an increment is a pointer away); once the owner has gone idle (`fold`), as the nonzero
 /// words only (a bitmap of them, then each as a LEB128 varint), which for a connection that
@@ -305,5 +317,26 @@ mod tests {
         assert_eq!(seen.len(), ConnCounters::WORDS);
         assert_eq!(c.nacks_received[5], ConnCounters::WORDS as u64);
         assert_eq!(c.tx_pkts, 1);
+    }
+
+    #[test]
+    fn a_sum_of_connections_adds_every_counter_and_keeps_the_longest_hold() {
+        let mut a = ConnCounters::default();
+        let mut b = ConnCounters::default();
+        for i in 0..ConnCounters::WORDS {
+            *a.word_mut(i) = i as u64 + 1;
+            *b.word_mut(i) = 100;
+        }
+        a.rx_ack_hold_max_ns = 5;
+        b.rx_ack_hold_max_ns = 900;
+        let mut sum = a;
+        sum.add(&b);
+        for i in 0..ConnCounters::WORDS {
+            if sum.word(i) != 900 {
+                assert_eq!(sum.word(i), i as u64 + 101, "word {i}");
+            }
+        }
+        assert_eq!(sum.rx_ack_hold_max_ns, 900);
+        assert_eq!(sum.nacks_sent[3], a.nacks_sent[3] + 100);
     }
 }

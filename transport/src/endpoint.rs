@@ -732,6 +732,9 @@ impl crate::api::Transport for Endpoint {
     fn poll_event(&mut self) -> Option<Event> {
         Endpoint::poll_event(self)
     }
+    fn compact_idle(&mut self) {
+        Endpoint::compact_idle(self)
+    }
     fn totals(&self) -> TransportTotals {
         let mut t = TransportTotals::default();
         for c in self.conns.values() {

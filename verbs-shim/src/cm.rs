@@ -385,6 +385,9 @@ impl Transport for CmTransport {
     fn poll_event(&mut self) -> Option<Event> {
         self.inner.poll_event()
     }
+    fn compact_idle(&mut self) {
+        self.inner.compact_idle()
+    }
     fn totals(&self) -> TransportTotals {
         self.inner.totals()
     }

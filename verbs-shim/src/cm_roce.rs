@@ -182,6 +182,9 @@ impl Transport for RoceCmTransport {
     fn poll_event(&mut self) -> Option<Event> {
         self.inner.poll_event()
     }
+    fn compact_idle(&mut self) {
+        Transport::compact_idle(&mut self.inner)
+    }
     fn totals(&self) -> TransportTotals {
         self.inner.totals()
     }

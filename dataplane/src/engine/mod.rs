@@ -115,9 +115,15 @@ pub struct EngineParams {
     pub snaplen: u32,
     pub counters_json: Option<PathBuf>,
     pub counters_interval_ms: u64,
+    /// Connections listed one by one in each counters snapshot (the busiest); all of them
+    /// are summed in `connections_all` whatever this is.
+    pub counters_conns_max: usize,
     /// After this many empty polls in a row the loop sleeps (0: never sleep, pure polling).
     pub idle_polls_before_sleep: u32,
     pub idle_sleep_us: u64,
+    /// Give idle connections' spare capacity back this often (`Transport::compact_idle`,
+    /// a walk over every connection; 0: never).
+    pub compact_interval_ms: u64,
     /// Capacity of each application ↔ engine ring (commands in, outputs out).
     pub queue_depth: usize,
     /// Stop when the link goes down (a peer leaving).
@@ -144,12 +150,27 @@ impl Default for EngineParams {
             snaplen: 256,
             counters_json: None,
             counters_interval_ms: 200,
+            counters_conns_max: 256,
             idle_polls_before_sleep: 2000,
             idle_sleep_us: 20,
+            compact_interval_ms: 1000,
             queue_depth: 4096,
             stop_on_link_down: false,
             verify_udp_checksum: true,
         }
+    }
+}
+
+/// Connection states as the counters name them, indexed by [`state_index`].
+const STATE_NAMES: [&str; 5] = ["opening", "open", "closing", "closed", "failed"];
+
+fn state_index(s: ConnState) -> usize {
+    match s {
+        ConnState::Opening => 0,
+        ConnState::Open => 1,
+        ConnState::Closing => 2,
+        ConnState::Closed => 3,
+        ConnState::Failed => 4,
     }
 }
 
@@ -192,6 +213,7 @@ pub struct Engine {
     stats: Arc<Mutex<Value>>,
     waker: Arc<crate::wake::Waiter>,
     next_publish: u64,
+    next_compact: u64,
     next_link_check: u64,
     udp_port: u16,
     /// The I/O has a link layer (ARP, MACs); without one (the UDP backend) every
@@ -337,6 +359,7 @@ impl Engine {
             stats: stats.clone(),
             waker: waker.clone(),
             next_publish: 0,
+            next_compact: 0,
             next_link_check: 0,
             udp_port,
             link_layer: caps.link_layer,
@@ -538,6 +561,15 @@ impl Engine {
 
         if now >= self.next_publish {
             self.publish(now);
+        }
+        if now >= self.next_compact && self.p.compact_interval_ms > 0 {
+            // The first turn only schedules: nothing is idle yet.
+            if self.next_compact > 0 {
+                self.transport.compact_idle();
+                self.counters.compactions += 1;
+                self.timer_dirty = true;
+            }
+            self.next_compact = now + self.p.compact_interval_ms * 1_000_000;
         }
         if self.p.stop_on_link_down && now >= self.next_link_check {
             self.next_link_check = now + 100_000_000;
@@ -826,18 +858,42 @@ impl Engine {
     pub fn snapshot(&self, now: u64) -> Value {
         let mut conns = Vec::new();
         let mut endpoint = Value::Null;
+        let mut all = Value::Null;
+        let mut by_state = Value::Null;
+        let mut total = 0usize;
         if let Some(ep) = self.transport.as_any().downcast_ref::<Endpoint>() {
             endpoint = counters::endpoint_json(&ep.counters);
+            // Every connection is summed; only the busiest few are listed: a snapshot of
+            // thousands of connections' JSON, every `counters_interval_ms`, cost the engine
+            // ~5 KB of heap per connection and the CPU time to build it.
+            let mut sum = ferroce_transport::ConnCounters::default();
+            let mut states = [0u64; 5];
+            let mut busy: Vec<(u64, &ferroce_transport::Connection)> = Vec::new();
             for c in ep.connections() {
-                let st = match c.state {
-                    ConnState::Opening => "opening",
-                    ConnState::Open => "open",
-                    ConnState::Closing => "closing",
-                    ConnState::Closed => "closed",
-                    ConnState::Failed => "failed",
-                };
+                let k = c.counters();
+                sum.add(&k);
+                states[state_index(c.state)] += 1;
+                busy.push((k.tx_pkts + k.rx_pkts, c));
+            }
+            total = busy.len();
+            let max = self.p.counters_conns_max;
+            if busy.len() > max {
+                busy.select_nth_unstable_by(max, |a, b| b.0.cmp(&a.0));
+                busy.truncate(max);
+            }
+            busy.sort_unstable_by_key(|(_, c)| c.id);
+            for (_, c) in busy {
+                let st = STATE_NAMES[state_index(c.state)];
                 conns.push(counters::conn_json(c.id.0, c.peer, st, &c.counters()));
             }
+            all = counters::counters_json(&sum);
+            by_state = Value::Object(
+                STATE_NAMES
+                    .iter()
+                    .zip(states)
+                    .map(|(n, k)| (n.to_string(), k.into()))
+                    .collect(),
+            );
         } else if let Some(ep) = self
             .transport
             .as_any()
@@ -863,6 +919,9 @@ impl Engine {
             "transport": counters::totals_json(&self.transport.totals()),
             "endpoint": endpoint,
             "connections": conns,
+            "connections_total": total,
+            "connections_by_state": by_state,
+            "connections_all": all,
         });
         if let Some(m) = v.as_object_mut() {
             self.io.stats(m);

@@ -642,6 +642,16 @@ impl RoceEndpoint {
         self.events.pop_front()
     }
 
+    /// Give back the spare queue capacity of every QP and of the endpoint's own queues
+    /// (see [`Transport::compact_idle`]); nothing queued is dropped.
+    pub fn compact_idle(&mut self) {
+        for q in &mut self.qps {
+            q.compact();
+        }
+        self.completions.shrink_to_fit();
+        self.events.shrink_to_fit();
+    }
+
     /// Engine-independent totals.
     pub fn totals(&self) -> TransportTotals {
         let k = &self.counters;
@@ -773,6 +783,9 @@ impl Transport for RoceEndpoint {
     }
     fn poll_event(&mut self) -> Option<Event> {
         RoceEndpoint::poll_event(self)
+    }
+    fn compact_idle(&mut self) {
+        RoceEndpoint::compact_idle(self)
     }
     fn totals(&self) -> TransportTotals {
         RoceEndpoint::totals(self)

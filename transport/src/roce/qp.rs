@@ -241,6 +241,15 @@ pub(crate) struct Qp {
 }
 
 impl Qp {
+    /// Give back the queues' spare capacity (what they kept from their longest moment);
+    /// whatever they hold stays.
+    pub fn compact(&mut self) {
+        self.req.sq.shrink_to_fit();
+        self.resp.rq.shrink_to_fit();
+        self.resp.out.shrink_to_fit();
+        self.resp.resources.shrink_to_fit();
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         cfg: &RoceConfig,

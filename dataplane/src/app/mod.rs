@@ -3,6 +3,8 @@
 //! the client/server logic of the simulator harness's `NodeHost` (every completion checked, every
 //! received and written byte compared with what the client sent).
 
+pub mod fleet;
+
 use crate::engine::{Command, EngineHandle, Output};
 use ferroce_transport::mem::{access, Regions};
 use ferroce_transport::*;
@@ -34,6 +36,21 @@ pub struct WorkloadResult {
     pub msgs_per_s: f64,
     pub latency_p50_us: f64,
     pub latency_p99_us: f64,
+    /// The idle connections beside the workload (`workload.connections`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<fleet::FleetResult>,
+}
+
+impl WorkloadResult {
+    /// Count the idle connections' result in (their errors fail the run).
+    fn with_fleet(mut self, f: fleet::FleetResult) -> Self {
+        if !f.errors.is_empty() {
+            self.ok = false;
+            self.errors.extend(f.errors.iter().cloned());
+        }
+        self.fleet = Some(f);
+        self
+    }
 }
 
 fn wr_id(s: u32, i: u32) -> u64 {
@@ -503,6 +520,7 @@ impl ClientApp {
             },
             latency_p50_us: q(0.5),
             latency_p99_us: q(0.99),
+            fleet: None,
         }
     }
 }
@@ -522,6 +540,9 @@ pub struct ServerApp {
     pub conns: Vec<ConnId>,
     closed: bool,
     started: Option<Instant>,
+    /// The client's idle connections (`workload.connections`), accepted before the
+    /// workload's own.
+    pub fleet: Option<fleet::FleetServer>,
     /// Receives not yet posted (see [`ServerApp::flush`]).
     staged: Vec<Command>,
     /// As [`ClientApp::batched`].
@@ -559,14 +580,24 @@ impl ServerApp {
             conns: Vec::new(),
             closed: false,
             started: None,
+            fleet: None,
             staged: Vec::new(),
             batched: false,
         }
     }
 
-    /// The client closed its connection (its work is all done).
+    /// Expect `n` idle connections before the workload's (see [`fleet`]); their memory is
+    /// sampled `settle` after the last is accepted.
+    pub fn with_fleet(mut self, n: u32, settle: Duration) -> Self {
+        if n > 0 {
+            self.fleet = Some(fleet::FleetServer::new(n, settle));
+        }
+        self
+    }
+
+    /// The client closed its connection (its work is all done), and its idle ones.
     pub fn closed(&self) -> bool {
-        self.closed
+        self.closed && self.fleet.as_ref().is_none_or(|f| f.all_closed())
     }
 
     /// Post the staged receives as one batch (one doorbell).
@@ -585,6 +616,10 @@ impl ServerApp {
 
     fn handle(&mut self, o: Output) {
         match o {
+            Output::Event(Event::Accepted { conn, .. })
+                if self.fleet.as_mut().is_some_and(|f| f.accepted(conn)) => {}
+            Output::Event(Event::Closed { conn })
+                if self.fleet.as_mut().is_some_and(|f| f.closed(conn)) => {}
             Output::Event(Event::Accepted { conn, .. }) => {
                 self.started = Some(Instant::now());
                 self.conns.push(conn);
@@ -767,6 +802,43 @@ pub fn run_client(
     keys: ServerKeys,
     timeout: Duration,
 ) -> WorkloadResult {
+    run_client_fleet(h, spec, peer, keys, timeout, 0, Duration::ZERO)
+}
+
+/// [`run_client`] with `fleet` idle connections opened first, held through the workload and
+/// closed after it (see [`fleet`]); their memory is sampled `settle` after the last READ.
+pub fn run_client_fleet(
+    h: &EngineHandle,
+    spec: &WorkloadSpec,
+    peer: Ipv4Addr,
+    keys: ServerKeys,
+    timeout: Duration,
+    fleet: u32,
+    settle: Duration,
+) -> WorkloadResult {
+    let fleet =
+        (fleet > 0).then(|| fleet::FleetClient::open(h, fleet, peer, keys, settle, timeout));
+    if let Some(f) = fleet.as_ref().filter(|f| !f.res.errors.is_empty()) {
+        let r = WorkloadResult {
+            role: "client".into(),
+            ..Default::default()
+        };
+        return r.with_fleet(f.res.clone());
+    }
+    let r = run_workload_client(h, spec, peer, keys, timeout);
+    match fleet {
+        Some(f) => r.with_fleet(f.close(Duration::from_secs(5))),
+        None => r,
+    }
+}
+
+fn run_workload_client(
+    h: &EngineHandle,
+    spec: &WorkloadSpec,
+    peer: Ipv4Addr,
+    keys: ServerKeys,
+    timeout: Duration,
+) -> WorkloadResult {
     let mut c = ClientApp::new(h.clone(), spec, peer, keys);
     c.start();
     let t0 = Instant::now();
@@ -802,9 +874,16 @@ pub fn run_server(h: &EngineHandle, spec: &WorkloadSpec, timeout: Duration) -> W
 /// so the listen command is queued before any OPEN can arrive) until its client closed.
 pub fn serve(mut s: ServerApp, h: &EngineHandle, timeout: Duration) -> WorkloadResult {
     let t0 = Instant::now();
+    if let Some(f) = s.fleet.as_mut() {
+        f.start();
+    }
     while !s.closed() && t0.elapsed() < timeout && !h.stopped() {
         if let Some(o) = h.next(Duration::from_millis(5)) {
             s.on_output(o);
+        }
+        let others = !s.conns.is_empty();
+        if let Some(f) = s.fleet.as_mut() {
+            f.poll(others);
         }
     }
     if !s.closed() {
@@ -815,7 +894,11 @@ pub fn serve(mut s: ServerApp, h: &EngineHandle, timeout: Duration) -> WorkloadR
         ));
     }
     s.verify_writes();
-    s.result()
+    let r = s.result();
+    match s.fleet.take() {
+        Some(f) => r.with_fleet(f.res),
+        None => r,
+    }
 }
 
 /// A client and a server application polled together, without blocking: for running them
