@@ -192,9 +192,17 @@ impl std::error::Error for WireError {}
 
 /// CRC-32 (IEEE 802.3 / zlib) of `data`.
 pub fn crc32(data: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
+    let mut h = crc32_hasher();
     h.update(data);
     h.finalize()
+}
+
+/// A fresh CRC-32 hasher. Every CRC of the transport (the native trailer, the RoCEv2 ICRC)
+/// starts here: `crc32fast::Hasher::new` detects the CPU's features on every call (about 35
+/// instructions, twice per data packet), so one detected hasher is kept and cloned.
+pub(crate) fn crc32_hasher() -> crc32fast::Hasher {
+    static TEMPLATE: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+    TEMPLATE.get_or_init(crc32fast::Hasher::new).clone()
 }
 
 /// Zero-copy checked view over a native packet (the UDP payload).

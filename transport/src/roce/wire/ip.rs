@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 /// BTH byte 4 (FECN, BECN, reserved) set to all ones. Never panics: short inputs are used as
 /// they are.
 pub fn icrc(ip_hdr: &[u8], udp_hdr: &[u8], ib: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
+    let mut h = crate::wire::crc32_hasher();
     h.update(&[0xff; 8]);
     let mut ip = [0u8; 60];
     let n = ip_hdr.len().min(60);
