@@ -359,7 +359,9 @@ impl Connection {
         // Work out the headers and where the payload comes from.
         enum Src {
             None,
-            Local(SgList, u64, u32),
+            /// The WR at this index of the stream's queue (its list is read where the
+            /// payload is copied, not cloned per packet), message offset, domain.
+            Local(usize, u64, u32),
             Remote(u32, u32, u64),
         }
         let (stream_id, msg, op, plen, src, solicited, ordered) = match chunk {
@@ -422,7 +424,7 @@ impl Connection {
                     _ => msg,
                 };
                 let src = if plen > 0 {
-                    Src::Local(w.wr.sgl.clone(), off as u64, s.pd)
+                    Src::Local(d, off as u64, s.pd)
                 } else {
                     Src::None
                 };
@@ -543,7 +545,12 @@ impl Connection {
         let dst = &mut buf[h..h + plen as usize];
         let read = match src {
             Src::None => Ok(()),
-            Src::Local(sgl, off, pd) => sgl_read(mem, pd, &sgl, off, dst),
+            Src::Local(d, off, pd) => {
+                // The same WR as above: nothing in between changes the stream's queue.
+                let s = self.streams.get(&stream_id).ok_or(())?;
+                let w = s.wrs.get(d).ok_or(())?;
+                sgl_read(mem, pd, &w.wr.sgl, off, dst)
+            }
             Src::Remote(rkey, pd, addr) => mem.read_remote(pd, rkey, addr, dst),
         };
         if read.is_err() {
