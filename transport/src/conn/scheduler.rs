@@ -359,9 +359,11 @@ impl Connection {
         // Work out the headers and where the payload comes from.
         enum Src {
             None,
-            /// The WR at this index of the stream's queue (its list is read where the
-            /// payload is copied, not cloned per packet), message offset, domain.
-            Local(usize, u64, u32),
+            /// A scatter/gather list of up to two pieces, copied (no clone of the list per
+            /// packet), its length, the message offset, the domain.
+            Local([Sge; 2], usize, u64, u32),
+            /// A longer list: the WR's index in the stream's queue, offset, domain.
+            LocalAt(usize, u64, u32),
             Remote(u32, u32, u64),
         }
         let (stream_id, msg, op, plen, src, solicited, ordered) = match chunk {
@@ -424,7 +426,12 @@ impl Connection {
                     _ => msg,
                 };
                 let src = if plen > 0 {
-                    Src::Local(d, off as u64, s.pd)
+                    let sgl = &w.wr.sgl;
+                    match *sgl.as_slice() {
+                        [a] => Src::Local([a, a], 1, off as u64, s.pd),
+                        [a, b] => Src::Local([a, b], 2, off as u64, s.pd),
+                        _ => Src::LocalAt(d, off as u64, s.pd),
+                    }
                 } else {
                     Src::None
                 };
@@ -545,7 +552,8 @@ impl Connection {
         let dst = &mut buf[h..h + plen as usize];
         let read = match src {
             Src::None => Ok(()),
-            Src::Local(d, off, pd) => {
+            Src::Local(sgl, n, off, pd) => sgl_read(mem, pd, &sgl[..n], off, dst),
+            Src::LocalAt(d, off, pd) => {
                 // The same WR as above: nothing in between changes the stream's queue.
                 let s = self.streams.get(&stream_id).ok_or(())?;
                 let w = s.wrs.get(d).ok_or(())?;
@@ -598,10 +606,11 @@ impl Connection {
             // Sent once: done (nothing will resend it).
             self.uc_sent(stream_id, msn, ci);
         }
-        self.counters.live().tx_pkts += 1;
-        self.counters.live().tx_payload_bytes += plen as u64;
+        let counters = self.counters.live();
+        counters.tx_pkts += 1;
+        counters.tx_payload_bytes += plen as u64;
         if retx {
-            self.counters.live().retx_pkts += 1;
+            counters.retx_pkts += 1;
         }
         Ok(Some((len, entropy)))
     }
