@@ -200,6 +200,7 @@ impl Endpoint {
         self.clean_timers();
     }
 
+    #[inline]
     fn timer_live(&self, t: u64, id: u32) -> bool {
         self.conns
             .get(&id)
@@ -576,7 +577,22 @@ impl Endpoint {
     /// Earliest time `handle_timeout` must be called. Connections whose deadline has not
     /// been recomputed since they changed are asked directly; their older heap entries can
     /// only make the answer early (a `handle_timeout` with nothing due), never late.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<u64> {
+        // Most calls (after every transmit pass, which settles the dirty connections) find
+        // nothing dirty and a live top: answered here, inlined into the embedder's loop.
+        if self.dirty.is_empty() {
+            match self.timers.peek() {
+                None => return None,
+                Some(Reverse((t, id))) if self.timer_live(*t, *id) => return Some(*t),
+                Some(_) => {}
+            }
+        }
+        self.poll_timeout_slow()
+    }
+
+    /// `poll_timeout` with dirty connections or a stale top.
+    fn poll_timeout_slow(&self) -> Option<u64> {
         let fresh = self
             .dirty
             .iter()

@@ -34,6 +34,7 @@ impl ConnTable {
         self.index.is_empty()
     }
 
+    #[inline]
     fn slot(&self, id: u32) -> Option<u32> {
         match self.last {
             Some((k, s)) if k == id => Some(s),
@@ -41,6 +42,7 @@ impl ConnTable {
         }
     }
 
+    #[inline]
     pub(super) fn get(&self, id: &u32) -> Option<&Connection> {
         let s = self.slot(*id)?;
         self.slots.get(s as usize)?.as_deref()
