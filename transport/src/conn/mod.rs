@@ -883,9 +883,12 @@ impl Connection {
         buf: &mut [u8],
         mem: &mut dyn Memory,
     ) -> Option<(usize, u16)> {
-        // Control and acknowledgements first: they unblock the peer.
-        if let Some(x) = self.emit_ctrl(now, buf) {
-            return Some(x);
+        // Control and acknowledgements first: they unblock the peer. (An empty control
+        // queue, nearly every poll, is `emit_ctrl`'s `None` without the call.)
+        if !self.ctrl_queue.is_empty() {
+            if let Some(x) = self.emit_ctrl(now, buf) {
+                return Some(x);
+            }
         }
         if let Some(x) = self.emit_acks(now, buf) {
             return Some(x);
