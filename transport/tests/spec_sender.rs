@@ -9,11 +9,8 @@ use ferroce_transport::mem::access;
 use ferroce_transport::wire::{flags, Body, DataOp, NackReason, Packet};
 use ferroce_transport::*;
 
-// checks: [PATH-3] [PATH-4]
-#[test]
-fn a_path_made_suspect_by_an_rto_sends_one_probe_then_fails_and_probe_seq_starts_at_one() {
-    // A receiver shared with others (no SOLE, COLD-4): the cold start's hint request runs.
-    let mut p = Pair::with(|c| c.sole_grant = false);
+/// A posts one WRITE of four packets to B's region at `DST`.
+fn post_write(p: &mut Pair) {
     let rkey = p.mb.register(1, DST, 4096, access::REMOTE_WRITE);
     let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
     let op = SendOp::Write {
@@ -23,6 +20,14 @@ fn a_path_made_suspect_by_an_rto_sends_one_probe_then_fails_and_probe_seq_starts
     };
     p.a.post_send(p.a_conn, 1, wr(1, op, sge(lkey, 0x1000, 4 * P)))
         .unwrap();
+}
+
+// checks: [PATH-3] [PATH-4]
+#[test]
+fn a_path_made_suspect_by_an_rto_sends_one_probe_then_fails_and_probe_seq_starts_at_one() {
+    // A receiver shared with others (no SOLE, COLD-4): the cold start's hint request runs.
+    let mut p = Pair::with(|c| c.sole_grant = false);
+    post_write(&mut p);
     // Everything A sends from now on is lost: (time, source port, flags, packet).
     let mut sent: Vec<(u64, u16, u8, Body<'static>)> = Vec::new();
     let mut data_port = None;
@@ -91,15 +96,7 @@ fn a_path_made_suspect_by_an_rto_sends_one_probe_then_fails_and_probe_seq_starts
 #[test]
 fn a_probing_path_searches_128_routes_then_doubles_its_wait_up_to_max_rto() {
     let mut p = Pair::new();
-    let rkey = p.mb.register(1, DST, 4096, access::REMOTE_WRITE);
-    let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
-    let op = SendOp::Write {
-        rkey,
-        raddr: DST,
-        imm: None,
-    };
-    p.a.post_send(p.a_conn, 1, wr(1, op, sge(lkey, 0x1000, 4 * P)))
-        .unwrap();
+    post_write(&mut p);
     // Everything A sends from now on is lost. PROBEs (not hint requests): (time, port, seq).
     let mut probes: Vec<(u64, u16, u32)> = Vec::new();
     let limit = p.now + 2_000_000_000;
@@ -150,15 +147,7 @@ fn a_probing_path_whose_answers_come_late_backs_off_until_one_is_in_time() {
     // B's answers to PROBEs take 5 ms (a peer behind a long queue); everything else of A's is
     // lost until the path has failed. At 1 ms per PROBE every answer would be stale for good.
     let mut p = Pair::new();
-    let rkey = p.mb.register(1, DST, 4096, access::REMOTE_WRITE);
-    let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
-    let op = SendOp::Write {
-        rkey,
-        raddr: DST,
-        imm: None,
-    };
-    p.a.post_send(p.a_conn, 1, wr(1, op, sge(lkey, 0x1000, 4 * P)))
-        .unwrap();
+    post_write(&mut p);
     const LATE: u64 = 5_000_000;
     let mut late: Vec<(u64, u16, Vec<u8>)> = Vec::new();
     let mut failed = false;
@@ -505,15 +494,7 @@ fn an_rnr_nack_holds_the_chunk_for_its_delay_then_resends_it_under_a_new_psn() {
 fn a_probe_ack_with_probe_seq_zero_vouches_for_nothing_before_the_first_probe() {
     use ferroce_transport::wire::ProbeRepr;
     let mut p = Pair::new();
-    let rkey = p.mb.register(1, DST, 4096, access::REMOTE_WRITE);
-    let lkey = p.ma.register(1, 0x1000, 4096, access::LOCAL_WRITE);
-    let op = SendOp::Write {
-        rkey,
-        raddr: DST,
-        imm: None,
-    };
-    p.a.post_send(p.a_conn, 1, wr(1, op, sge(lkey, 0x1000, 4 * P)))
-        .unwrap();
+    post_write(&mut p);
     // Everything A sends is lost, until its RTO makes the path Suspect: its first PROBE is
     // queued then, and until it goes out the path's probe_seq is still 0.
     let path = |p: &Pair| {
