@@ -23,6 +23,9 @@ pub struct PermutationConfig {
     pub depth: u32,
     /// Fat-tree arity (k³/4 hosts, one flow each); the reference fabric's 8 unless asked.
     pub k: usize,
+    /// Diagnostic: write per-flow, per-path and per-queue traces of the default-paths row
+    /// into this directory (see [`trace`]). Off (None) costs nothing.
+    pub trace: Option<std::path::PathBuf>,
 }
 
 impl PermutationConfig {
@@ -36,6 +39,7 @@ impl PermutationConfig {
             msg_size: 65_536,
             depth: 16,
             k: fabric::FAT_TREE_K,
+            trace: None,
         }
     }
 
@@ -150,7 +154,11 @@ fn run_one(cfg: &PermutationConfig, paths: u8) -> PermutationRow {
         })
         .collect();
     let h = multi::start_flows(&mut sim, &flows);
-    let completed = multi::run_flows(&mut sim, &h, T0 + 2_000_000_000, 5_000);
+    let limit = T0 + 2_000_000_000;
+    let completed = match cfg.trace.as_deref().filter(|_| default_paths) {
+        Some(dir) => trace::run(&mut sim, &h, limit, dir),
+        None => multi::run_flows(&mut sim, &h, limit, 5_000),
+    };
     let t = sim.now() + 50_000;
     sim.run_until(t);
     let line = LINK_BPS as f64 / 1e9;
@@ -183,6 +191,276 @@ fn run_one(cfg: &PermutationConfig, paths: u8) -> PermutationRow {
         errors: multi::all_errors(&sim),
         events: sim.events_processed(),
         wall_s: t_wall.elapsed().as_secs_f64(),
+    }
+}
+
+/// The diagnostic trace of one run (`PermutationConfig::trace`): what holds the slowest
+/// flows back. Files, all CSV:
+/// - `series.csv`: every 10 µs, every flow's bytes done and each path's window, bytes in
+///   flight, packets acknowledged and CE marks echoed so far;
+/// - `queues_series.csv`: every 10 µs, the occupancy of every switch output port that held
+///   more than the ECN threshold at least once in the run;
+/// - `paths.csv`: per flow and path, its source port, the switch ports its packets cross
+///   (edge uplink, aggregation uplink, core downlink, aggregation downlink), its totals;
+/// - `ports.csv`: per switch output port, its totals and how many paths and flows cross it;
+/// - `flows.csv`: per flow, its rate and totals.
+pub mod trace {
+    use super::*;
+    use crate::csv::{num, Csv};
+    use ferroce_harness::multi::FlowHandle;
+    use ferroce_harness::NodeHost;
+    use ferroce_sim::{Sim, SwitchId};
+    use ferroce_transport::wire::NATIVE_UDP_PORT;
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    const EVERY: u64 = 10_000;
+
+    fn conn<'a>(
+        sim: &'a Sim<NodeHost>,
+        f: &FlowHandle,
+    ) -> Option<&'a ferroce_transport::Connection> {
+        let id = f.state(sim).conn?;
+        sim.host(f.client).native()?.connection(id)
+    }
+
+    /// `multi::run_flows` with samples; returns whether every flow finished.
+    pub fn run(sim: &mut Sim<NodeHost>, h: &[FlowHandle], limit: u64, dir: &Path) -> bool {
+        let _ = std::fs::create_dir_all(dir);
+        let mut series = Csv::new(&[
+            "t_us",
+            "flow",
+            "path",
+            "bytes_done",
+            "cwnd",
+            "inflight",
+            "acked",
+            "ecn",
+            "tx",
+            "entropy",
+        ]);
+        let mut qs: Vec<(u64, u32, u16, u64)> = Vec::new();
+        let nsw = sim.num_switches();
+        let completed = loop {
+            let t = sim.now();
+            if t.is_multiple_of(EVERY) {
+                for (fi, f) in h.iter().enumerate() {
+                    let done = f.state(sim).bytes_done;
+                    let Some(c) = conn(sim, f) else { continue };
+                    for (pi, p) in c.paths().iter().enumerate() {
+                        let k = p.counters();
+                        series.push(vec![
+                            format!("{:.0}", t as f64 / 1e3),
+                            fi.to_string(),
+                            pi.to_string(),
+                            done.to_string(),
+                            format!("{:.0}", p.cwnd()),
+                            p.inflight_bytes.to_string(),
+                            k.acked_pkts.to_string(),
+                            k.ecn_echoed.to_string(),
+                            k.tx_pkts.to_string(),
+                            p.entropy.to_string(),
+                        ]);
+                    }
+                }
+                for sw in 0..nsw {
+                    let id = SwitchId(sw as u32);
+                    for port in 0..sim.switch_links(id).len() {
+                        let b = sim.switch_queue_bytes(id, port);
+                        if b > 0 {
+                            qs.push((t, sw as u32, port as u16, b));
+                        }
+                    }
+                }
+            }
+            if multi::all_done(sim, h) {
+                break true;
+            }
+            if sim.now() >= limit || sim.next_event_time().is_none() {
+                break multi::all_done(sim, h);
+            }
+            let next = ((sim.now() / 5_000) + 1) * 5_000;
+            sim.run_until(next.min(limit));
+        };
+        let _ = series.write(&dir.join("series.csv"));
+        write_static(sim, h, &qs, dir);
+        completed
+    }
+
+    fn role(sim: &Sim<NodeHost>, sw: SwitchId) -> String {
+        sim.switch_info(sw)
+            .map(|i| format!("{:?}{}", i.role, i.index))
+            .unwrap_or_default()
+    }
+
+    /// Name of the far end of switch `sw`'s port `port`.
+    fn far(sim: &Sim<NodeHost>, sw: SwitchId, port: usize) -> String {
+        use ferroce_sim::Node;
+        let Some(l) = sim.switch_port_link(sw, port) else {
+            return String::new();
+        };
+        let Some((a, b)) = sim.link_ends(l) else {
+            return String::new();
+        };
+        let other = if a == Node::Switch(sw) { b } else { a };
+        match other {
+            Node::Host(hh) => format!("host{}", hh.0),
+            Node::Switch(s) => role(sim, s),
+        }
+    }
+
+    fn write_static(
+        sim: &Sim<NodeHost>,
+        h: &[FlowHandle],
+        qs: &[(u64, u32, u16, u64)],
+        dir: &Path,
+    ) {
+        let st = sim.stats();
+        let line = LINK_BPS as f64 / 1e9;
+        // Who crosses which switch port: (flow, path) pairs.
+        let mut users: BTreeMap<(u32, usize), Vec<(usize, usize)>> = BTreeMap::new();
+        let mut paths = Csv::new(&[
+            "flow",
+            "client",
+            "server",
+            "path",
+            "entropy",
+            "generation",
+            "hops",
+            "tx",
+            "acked",
+            "ecn",
+            "mark_frac",
+            "cwnd_decreases",
+            "retx",
+            "cwnd_end",
+        ]);
+        let mut flows = Csv::new(&[
+            "flow",
+            "client",
+            "server",
+            "rate",
+            "finish_us",
+            "tx",
+            "ecn",
+            "mark_frac",
+            "retx",
+            "distinct_routes",
+            "routes_max_share",
+        ]);
+        for (fi, f) in h.iter().enumerate() {
+            let cs = f.state(sim);
+            let rate = cs
+                .finished_at
+                .map(|e| cs.bytes_done as f64 * 8.0 / (e - T0) as f64 / line);
+            let Some(c) = conn(sim, f) else { continue };
+            let dst = sim.host_ip(f.server);
+            let (mut tx, mut ecn, mut retx) = (0, 0, 0);
+            let mut routes: BTreeMap<Vec<(SwitchId, usize)>, u32> = BTreeMap::new();
+            for (pi, p) in c.paths().iter().enumerate() {
+                let k = p.counters();
+                let hops =
+                    sim.route_of(f.client, p.plane as usize, dst, p.entropy, NATIVE_UDP_PORT);
+                for &(sw, port) in &hops {
+                    users.entry((sw.0, port)).or_default().push((fi, pi));
+                }
+                *routes.entry(hops.clone()).or_default() += 1;
+                let names: Vec<String> = hops
+                    .iter()
+                    .map(|&(sw, port)| format!("{}>{}", role(sim, sw), far(sim, sw, port)))
+                    .collect();
+                tx += k.tx_pkts;
+                ecn += k.ecn_echoed;
+                retx += k.retx_pkts;
+                paths.push(vec![
+                    fi.to_string(),
+                    f.client.0.to_string(),
+                    f.server.0.to_string(),
+                    pi.to_string(),
+                    p.entropy.to_string(),
+                    p.generation.to_string(),
+                    names.join(" "),
+                    k.tx_pkts.to_string(),
+                    k.acked_pkts.to_string(),
+                    k.ecn_echoed.to_string(),
+                    num(Some(k.ecn_echoed as f64 / k.acked_pkts.max(1) as f64), 4),
+                    k.cwnd_decreases.to_string(),
+                    k.retx_pkts.to_string(),
+                    format!("{:.0}", p.cwnd()),
+                ]);
+            }
+            flows.push(vec![
+                fi.to_string(),
+                f.client.0.to_string(),
+                f.server.0.to_string(),
+                num(rate, 4),
+                num(cs.finished_at.map(|e| (e - T0) as f64 / 1e3), 1),
+                tx.to_string(),
+                ecn.to_string(),
+                num(Some(ecn as f64 / tx.max(1) as f64), 4),
+                retx.to_string(),
+                routes.len().to_string(),
+                routes.values().max().copied().unwrap_or(0).to_string(),
+            ]);
+        }
+        let mut ports = Csv::new(&[
+            "switch",
+            "port",
+            "to",
+            "enqueued",
+            "marked",
+            "mark_frac",
+            "drops",
+            "max_queue",
+            "paths",
+            "flows",
+        ]);
+        let mut hot = std::collections::BTreeSet::new();
+        for (sw, ps) in st.switch_ports.iter().enumerate() {
+            let id = SwitchId(sw as u32);
+            for (port, x) in ps.iter().enumerate() {
+                if x.enqueued == 0 {
+                    continue;
+                }
+                let u = users.get(&(sw as u32, port));
+                let mut fl: Vec<usize> = u
+                    .map(|v| v.iter().map(|x| x.0).collect())
+                    .unwrap_or_default();
+                fl.dedup();
+                if x.ecn_marked > 0 {
+                    hot.insert((sw as u32, port as u16));
+                }
+                ports.push(vec![
+                    role(sim, id),
+                    port.to_string(),
+                    far(sim, id, port),
+                    x.enqueued.to_string(),
+                    x.ecn_marked.to_string(),
+                    num(Some(x.ecn_marked as f64 / x.enqueued as f64), 4),
+                    x.dropped_queue_full.to_string(),
+                    x.max_queue_bytes.to_string(),
+                    u.map_or(0, |v| v.len()).to_string(),
+                    fl.len().to_string(),
+                ]);
+            }
+        }
+        let mut q = Csv::new(&["t_us", "switch", "port", "to", "bytes"]);
+        for &(t, sw, port, b) in qs {
+            if hot.contains(&(sw, port)) {
+                let id = SwitchId(sw);
+                q.push(vec![
+                    format!("{:.0}", t as f64 / 1e3),
+                    role(sim, id),
+                    port.to_string(),
+                    far(sim, id, port as usize),
+                    b.to_string(),
+                ]);
+            }
+        }
+        let _ = paths.write(&dir.join("paths.csv"));
+        let _ = flows.write(&dir.join("flows.csv"));
+        let _ = ports.write(&dir.join("ports.csv"));
+        let _ = q.write(&dir.join("queues_series.csv"));
     }
 }
 

@@ -217,6 +217,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "KIB", global = true,
           value_parser = clap::value_parser!(u64).range(1..=(1 << 22)))]
     pub flow_kib: Option<u64>,
+    /// Permutation only, diagnostic: also write traces of the default-paths row (per flow,
+    /// path and switch queue; samples every 10 µs) into `--out`/permutation[-CC]-trace/.
+    #[arg(long, global = true)]
+    pub trace: bool,
     /// Core only: print the report as JSON instead of the table.
     #[arg(long, global = true)]
     pub json: bool,

@@ -828,7 +828,11 @@ fn run_benches(
         }
     }
     if all || which == BenchWhich::Permutation {
-        let r = permutation::run(&permutation_config(a, opts), &bar);
+        let mut cfg = permutation_config(a, opts);
+        if a.trace {
+            cfg.trace = Some(out.join(format!("permutation{suffix}-trace")));
+        }
+        let r = permutation::run(&cfg, &bar);
         let csv = out.join(format!("permutation{suffix}.csv"));
         write_csv(&permutation::csv(&r), &csv)?;
         print!("{}", render_permutation(&r));

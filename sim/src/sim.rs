@@ -11,8 +11,8 @@ use crate::rng::{mix64, Rng};
 use crate::stats::FabricStats;
 use crate::topology::{End, SimConfig, SwitchInfo, Topology};
 use crate::{
-    flow_hash, hash_to_index, host_index_of_ip, host_ip, nic_port_for, Datagram, Dir, Ecn, Host,
-    HostId, LinkId, Nanos, Node, SwitchId, PREAMBLE_IFG,
+    flow_hash, flow_hash_tuple, hash_to_index, host_index_of_ip, host_ip, nic_port_for, Datagram,
+    Dir, Ecn, Host, HostId, LinkId, Nanos, Node, SwitchId, PREAMBLE_IFG,
 };
 
 #[derive(Debug)]
@@ -742,6 +742,62 @@ impl<H: Host> Sim<H> {
                 .collect(),
             _ => Vec::new(),
         }
+    }
+
+    /// The switch output ports (switch, port) a datagram with this 5-tuple crosses from host
+    /// `src`'s NIC port `nic_port` to the host it is addressed to, as the forwarding tables
+    /// stand now: the same ECMP choices `forward` makes, without queueing anything. For
+    /// diagnostics (which fabric links a source port lands on); empty without a route.
+    pub fn route_of(
+        &self,
+        src: HostId,
+        nic_port: usize,
+        dst_ip: [u8; 4],
+        src_port: u16,
+        dst_port: u16,
+    ) -> Vec<(SwitchId, usize)> {
+        let mut hops = Vec::new();
+        let (Some(slot), Some(dst)) = (self.hosts.get(src.index()), self.host_index(dst_ip)) else {
+            return hops;
+        };
+        let Some(mut li) = slot.ports.get(nic_port).and_then(|p| p.link) else {
+            return hops;
+        };
+        let mut from = End::Host {
+            host: src.0,
+            port: nic_port as u16,
+        };
+        // A shortest-path route is at most as long as the switch count (a guard, not a bound
+        // any topology reaches).
+        for _ in 0..=self.switches.len() {
+            let l = &self.links[li as usize];
+            let to = if l.ends[0] == from {
+                l.ends[1]
+            } else {
+                l.ends[0]
+            };
+            let End::Switch { sw, .. } = to else {
+                break;
+            };
+            let s = &self.switches[sw as usize];
+            let (a, b) = match (s.route_off.get(dst), s.route_off.get(dst + 1)) {
+                (Some(&a), Some(&b)) => (a as usize, b as usize),
+                _ => break,
+            };
+            let port = match b.saturating_sub(a) {
+                0 => break,
+                1 => s.route_ports[a],
+                n => {
+                    let h = flow_hash_tuple(slot.ip, dst_ip, src_port, dst_port, s.salt);
+                    s.route_ports[a + hash_to_index(h, n)]
+                }
+            };
+            hops.push((SwitchId(sw), port as usize));
+            let p = &s.ports[port as usize];
+            li = p.link;
+            from = self.links[li as usize].ends[p.side as usize];
+        }
+        hops
     }
 
     /// Starts writing a pcap (nanosecond timestamps, LINKTYPE_ETHERNET) of everything host `id`'s
