@@ -128,6 +128,9 @@ pub struct ConnConfig {
     pub fail_after_rtos: u32,
     /// Probe interval of a Failed (Probing) path (ns).
     pub probe_interval_ns: u64,
+    /// Marked fraction of one observation window at or above which a Good path moves to a
+    /// new route (spec/transport.md PATH-13); above 1, never.
+    pub reroute_marked: f64,
     /// Messages a stream accepts ahead of its oldest incomplete one.
     pub stream_window: u32,
     /// Payload bytes a responder holds for ORDERED packets waiting for earlier messages of
@@ -202,6 +205,7 @@ impl Default for ConnConfig {
             default_rnr_delay_ns: 100_000,
             fail_after_rtos: 3,
             probe_interval_ns: 1_000_000,
+            reroute_marked: 0.5,
             stream_window: 1024,
             order_hold_bytes: 4 << 20,
             cold_after_ns: 1_000_000,

@@ -86,6 +86,17 @@ pub struct TxPath {
     pub rto_count: u32,
     /// ECN-CE count last echoed by an ACK.
     last_ce: u32,
+    /// First PSN sent on the current route (spec/transport.md §4.8, PATH-13): the PSNs
+    /// before it went by the route the path left, and may arrive after later ones.
+    route_psn: u32,
+    /// The path's own observation window of marks, whatever its controller (PATH-13): it
+    /// ends when `cum_psn` reaches `mk_end`; packets acknowledged and marks echoed in it.
+    mk_end: u32,
+    mk_acked: u16,
+    mk_marked: u16,
+    /// Moving average of the windows' marked fractions on the current route (gain
+    /// `MARK_GAIN`): a route is left for marks that last, not for one marked window.
+    mk_avg: f32,
     /// Next probe time (Suspect/Probing).
     pub probe_at: Option<u64>,
     pub probe_seq: u32,
@@ -106,6 +117,9 @@ pub struct TxPath {
 /// waiting for its RTO: a black-holed path is left within about one RTT.
 pub(crate) const SUSPECT_AFTER_LOSSES: u32 = 3;
 
+/// Gain of a path's moving average of marked fractions (PATH-13).
+const MARK_GAIN: f32 = 0.125;
+
 /// Tail-loss probes per silent flight before only the RTO is left.
 pub(crate) const MAX_TLPS: u8 = 3;
 
@@ -119,6 +133,9 @@ pub(crate) struct AckOutcome {
     pub progress: bool,
     /// Send time of the most recently sent packet this ACK acknowledged.
     pub newest_acked_sent_at: Option<u64>,
+    /// An observation window of the path ended with at least `reroute_marked` of its
+    /// packets marked, on a route that has carried a whole window (PATH-13).
+    pub congested: bool,
 }
 
 pub(crate) const SACK_SPAN: u32 = crate::config::PATH_SPAN_PACKETS;
@@ -152,6 +169,11 @@ impl TxPath {
             rto_ns: cfg.initial_rto_ns,
             rto_count: 0,
             last_ce: 0,
+            route_psn: 0,
+            mk_end: 0,
+            mk_acked: 0,
+            mk_marked: 0,
+            mk_avg: 0.0,
             probe_at: None,
             probe_seq: 0,
             failed_at: 0,
@@ -340,8 +362,11 @@ impl TxPath {
         out.progress = false;
         out.newest_acked_sent_at = None;
         self.last_ack_at = now;
-        // Highest PSN acknowledged by this ACK, if any.
+        // Highest PSN acknowledged by this ACK, if any; and the highest of those sent on
+        // the route the path left, while any of them is still tracked (PATH-13).
         let mut highest: Option<u32> = None;
+        let old_route = psn_diff(self.route_psn, self.base_psn).max(0) as usize;
+        let mut highest_old: Option<u32> = None;
         {
             // Cumulative part.
             let n_cum = psn_diff(cum, self.base_psn).clamp(0, self.sent.len() as i32) as usize;
@@ -350,6 +375,13 @@ impl TxPath {
             }
             if psn_diff(cum, self.base_psn) > 0 && psn_lt(cum.wrapping_sub(1), self.next_psn) {
                 highest = Some(cum.wrapping_sub(1));
+                if old_route > 0 {
+                    highest_old = Some(if psn_lt(cum.wrapping_sub(1), self.route_psn) {
+                        cum.wrapping_sub(1)
+                    } else {
+                        self.route_psn.wrapping_sub(1)
+                    });
+                }
             }
             // Selective part: bit i is PSN cum + 1 + i.
             for (w, word) in sack.0.iter().enumerate() {
@@ -367,14 +399,25 @@ impl TxPath {
                             Some(h) if psn_lt(psn, h) => h,
                             _ => psn,
                         });
+                        if (d as usize) < old_route {
+                            highest_old = Some(match highest_old {
+                                Some(h) if psn_lt(psn, h) => h,
+                                _ => psn,
+                            });
+                        }
                     }
                 }
             }
         }
-        // Holes below the highest acknowledged PSN are losses: a path does not reorder.
+        // Holes below the highest acknowledged PSN are losses: a route does not reorder.
+        // A hole on the route the path left counts only below a PSN of that route.
         if let Some(h) = highest {
             let n = (psn_diff(h, self.base_psn).max(0) as usize).min(self.sent.len());
+            let old_lost = highest_old.map_or(0, |o| psn_diff(o, self.base_psn).max(0) as usize);
             for i in 0..n {
+                if i < old_route && i >= old_lost {
+                    continue;
+                }
                 let e = &mut self.sent[i];
                 if e.fate == Fate::InFlight {
                     e.fate = Fate::Gone;
@@ -402,8 +445,55 @@ impl TxPath {
         }
         let newly = self.counters.live().acked_pkts - acked_before;
         let base = self.min_rtt_ns.min(conn_min_rtt);
-        self.on_ecn(cum, ecn_ce, out, newly, rtt_sample, base);
+        let marks = self.on_ecn(cum, ecn_ce, out, newly, rtt_sample, base);
         self.trim();
+        out.congested = self.mark_window(cum, newly, marks, cfg.reroute_marked);
+    }
+
+    /// The path's own marked fraction, counted in windows as the AIMD controller counts
+    /// its (congestion.md §1) but for every controller: whether the window that ends with
+    /// this ACK had at least `limit` of its packets marked, on a route that carried all of
+    /// it (a window is judged only once nothing the left route carried is still tracked).
+    fn mark_window(&mut self, cum: u32, newly: u64, marks: u64, limit: f64) -> bool {
+        self.mk_acked = self
+            .mk_acked
+            .saturating_add(newly.min(u16::MAX as u64) as u16);
+        self.mk_marked = self
+            .mk_marked
+            .saturating_add(marks.min(u16::MAX as u64) as u16);
+        if psn_lt(cum, self.mk_end) {
+            return false;
+        }
+        let (acked, marked) = (self.mk_acked, self.mk_marked);
+        self.mk_end = self.next_psn;
+        self.mk_acked = 0;
+        self.mk_marked = 0;
+        // The window began on this route if the route began before it: `route_psn` is at
+        // most the PSN the window started at, which `base_psn` has passed.
+        if acked == 0 || psn_diff(self.base_psn, self.route_psn) < 0 {
+            return false;
+        }
+        let f = (marked as f32 / acked as f32).min(1.0);
+        self.mk_avg += MARK_GAIN * (f - self.mk_avg);
+        self.mk_avg as f64 >= limit
+    }
+
+    /// Whether packets of a route the path left are still tracked (PATH-13).
+    pub(crate) fn moving(&self) -> bool {
+        psn_diff(self.route_psn, self.base_psn) > 0
+    }
+
+    /// Move to a new route for congestion (PATH-13): the next generation's source port; the
+    /// packets in flight on the old route stay tracked, their holes judged on their own.
+    pub(crate) fn reroute(&mut self, entropy: u16) {
+        self.generation = self.generation.wrapping_add(1);
+        self.entropy = entropy;
+        self.route_psn = self.next_psn;
+        self.mk_end = self.next_psn;
+        self.mk_acked = 0;
+        self.mk_marked = 0;
+        self.mk_avg = 0.0;
+        self.counters.live().reroutes += 1;
     }
 
     /// `n` packets of this path were declared lost.
@@ -440,10 +530,17 @@ impl TxPath {
         delay: u64,
     ) -> Vec<ChunkRef> {
         let mut lost = Vec::new();
-        if now < self.last_ack_at + delay {
+        // The packets of a route the path left (PATH-13) are judged by time alone: the ACKs
+        // of the new route say nothing about them, and SACKs only once one of theirs comes.
+        let old_route = psn_diff(self.route_psn, self.base_psn).max(0) as usize;
+        let quiet = now >= self.last_ack_at + delay;
+        if !quiet && old_route == 0 {
             return lost;
         }
-        for e in self.sent.iter_mut() {
+        for (i, e) in self.sent.iter_mut().enumerate() {
+            if !quiet && i >= old_route {
+                break;
+            }
             if e.fate != Fate::InFlight {
                 continue;
             }
@@ -464,10 +561,11 @@ impl TxPath {
 
     /// When `detect_time_losses` would next find something, given no further ACK.
     pub(crate) fn time_loss_deadline(&self, rack_time: u64, delay: u64) -> Option<u64> {
+        let old_route = psn_diff(self.route_psn, self.base_psn) > 0;
         self.oldest_at
             .get()
             .filter(|&t| t < rack_time)
-            .map(|t| t.max(self.last_ack_at) + delay)
+            .map(|t| if old_route { t } else { t.max(self.last_ack_at) } + delay)
     }
 
     fn ack_index(&mut self, i: usize, out: &mut AckOutcome) {
@@ -515,6 +613,7 @@ impl TxPath {
     /// The ACK's congestion signals to the path's controller: newly acknowledged packets
     /// and bytes, and new CE marks (the echoed counter's increase; an older, reordered ACK
     /// carries a smaller count and is ignored rather than moving it back).
+    /// Returns the new marks.
     fn on_ecn(
         &mut self,
         cum: u32,
@@ -523,7 +622,7 @@ impl TxPath {
         newly: u64,
         rtt: Option<u64>,
         base: u64,
-    ) {
+    ) -> u64 {
         let d = ecn_ce.wrapping_sub(self.last_ce);
         let new_marks = if d < 1 << 30 {
             self.last_ce = ecn_ce;
@@ -545,6 +644,7 @@ impl TxPath {
             self.counters.live().cwnd_decreases += 1;
         }
         self.cwnd = self.cc.window();
+        new_marks
     }
 
     /// Re-route across planes too: a dead plane is left, not just a dead ECMP route.
@@ -868,5 +968,92 @@ mod tests {
                 "seed {seed}: nothing was acknowledged"
             );
         }
+    }
+
+    fn chunk(msn: u32) -> ChunkRef {
+        ChunkRef::Req {
+            stream: 1,
+            msn,
+            chunk: 0,
+        }
+    }
+
+    /// PATH-13: a route whose windows stay half marked is left (after the average has
+    /// built up, not at the first marked window); one without marks is kept.
+    // checks: [PATH-13]
+    #[test]
+    fn a_path_leaves_a_route_whose_marks_last() {
+        let cfg = ConnConfig::default();
+        for (marked_every, expect) in [(2u32, true), (0, false)] {
+            let mut tx = TxPath::new(0, 1, &cfg, 1e12, 1e12);
+            let mut out = AckOutcome::default();
+            let (mut ce, mut windows, mut congested_at) = (0u32, 0, None);
+            let mut now = 1_000;
+            for psn in 0..400u32 {
+                tx.on_send(chunk(psn), 1000, now, false);
+                now += 1_000;
+                // One packet per window: each ACK ends one.
+                if marked_every != 0 && psn % marked_every == 0 {
+                    ce += 1;
+                }
+                tx.on_ack(
+                    now,
+                    psn + 1,
+                    &Sack256::default(),
+                    ce,
+                    None,
+                    u64::MAX,
+                    &cfg,
+                    &mut out,
+                );
+                windows += 1;
+                if out.congested && congested_at.is_none() {
+                    congested_at = Some(windows);
+                }
+            }
+            assert_eq!(
+                congested_at.is_some(),
+                expect,
+                "marked every {marked_every}"
+            );
+            if let Some(w) = congested_at {
+                assert!(w > 1, "left after {w} windows");
+            }
+        }
+    }
+
+    /// PATH-13, LOSS-1, LOSS-4: after a move, an ACK of the new route does not declare the
+    /// old route's outstanding packets lost; an ACK of a later old-route packet does, and so
+    /// does time, although the path hears ACKs.
+    // checks: [PATH-13] [LOSS-1] [LOSS-4]
+    #[test]
+    fn holes_of_a_left_route_are_judged_on_their_own() {
+        let cfg = ConnConfig::default();
+        let mut tx = TxPath::new(0, 1, &cfg, 1e12, 1e12);
+        let mut out = AckOutcome::default();
+        for psn in 0..4 {
+            tx.on_send(chunk(psn), 1000, 1_000, false);
+        }
+        tx.reroute(2);
+        assert!(tx.moving());
+        for psn in 4..8 {
+            tx.on_send(chunk(psn), 1000, 2_000, false);
+        }
+        // PSN 4 (new route) arrives first: 0..=3 are still on their way.
+        let mut s = Sack256::default();
+        s.set(3);
+        tx.on_ack(3_000, 0, &s, 0, None, u64::MAX, &cfg, &mut out);
+        assert!(out.lost.is_empty(), "{:?}", out.lost);
+        // PSN 1 of the old route arrives: PSN 0 below it is lost, 2 and 3 are not.
+        s.set(0);
+        tx.on_ack(3_100, 0, &s, 0, None, u64::MAX, &cfg, &mut out);
+        assert_eq!(out.lost, vec![chunk(0)]);
+        // Time: the old route's 2 and 3 go once they are a loss delay old, ACKs or not.
+        assert!(tx.detect_time_losses(3_200, 2_000, 10_000).is_empty());
+        assert_eq!(
+            tx.detect_time_losses(11_500, 2_000, 10_000),
+            vec![chunk(2), chunk(3)]
+        );
+        assert!(!tx.moving());
     }
 }

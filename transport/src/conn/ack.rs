@@ -167,6 +167,18 @@ impl Connection {
         );
         self.min_rtt_all = self.min_rtt_all.min(self.paths[p].min_rtt_ns);
         self.win_cache.set(None);
+        if out.congested
+            && self.n_paths > 1
+            && self.paths[p].state == PathState::Good
+            // One path moves at a time: paths of many connections leaving a hot link
+            // together would only make the next one hot (each lands at random).
+            && !self.paths.iter().any(|q| q.moving())
+        {
+            // Its route stays congested: try another (PATH-13).
+            let q = &mut self.paths[p];
+            let e = path_entropy(self.seed, p as u8, q.generation.wrapping_add(1));
+            q.reroute(e);
+        }
         if out.progress {
             self.no_progress_rtos = 0;
         }
