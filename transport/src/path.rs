@@ -92,11 +92,13 @@ pub struct TxPath {
     /// The path's own observation window of marks, whatever its controller (PATH-13): it
     /// ends when `cum_psn` reaches `mk_end`; packets acknowledged and marks echoed in it.
     mk_end: u32,
-    mk_acked: u16,
-    mk_marked: u16,
-    /// Moving average of the windows' marked fractions on the current route (gain
-    /// `MARK_GAIN`): a route is left for marks that last, not for one marked window.
-    mk_avg: f32,
+    /// (Bytes, saturating: a window holds about the SACK span at most, and the idle
+    /// connection's heap budget counts every byte of a path.)
+    mk_acked: u8,
+    mk_marked: u8,
+    /// Moving average of the windows' marked fractions on the current route, in 1/255ths
+    /// (gain 1/2^`MARK_GAIN_SHIFT`): a route is left for marks that last, not for one window.
+    mk_avg: u8,
     /// Next probe time (Suspect/Probing).
     pub probe_at: Option<u64>,
     pub probe_seq: u32,
@@ -117,8 +119,9 @@ pub struct TxPath {
 /// waiting for its RTO: a black-holed path is left within about one RTT.
 pub(crate) const SUSPECT_AFTER_LOSSES: u32 = 3;
 
-/// Gain of a path's moving average of marked fractions (PATH-13).
-const MARK_GAIN: f32 = 0.125;
+/// A path's moving average of marked fractions moves by 1/2^this of each window's
+/// difference (1/8, PATH-13).
+const MARK_GAIN_SHIFT: u32 = 3;
 
 /// Tail-loss probes per silent flight before only the RTO is left.
 pub(crate) const MAX_TLPS: u8 = 3;
@@ -173,7 +176,7 @@ impl TxPath {
             mk_end: 0,
             mk_acked: 0,
             mk_marked: 0,
-            mk_avg: 0.0,
+            mk_avg: 0,
             probe_at: None,
             probe_seq: 0,
             failed_at: 0,
@@ -455,12 +458,8 @@ impl TxPath {
     /// this ACK had at least `limit` of its packets marked, on a route that carried all of
     /// it (a window is judged only once nothing the left route carried is still tracked).
     fn mark_window(&mut self, cum: u32, newly: u64, marks: u64, limit: f64) -> bool {
-        self.mk_acked = self
-            .mk_acked
-            .saturating_add(newly.min(u16::MAX as u64) as u16);
-        self.mk_marked = self
-            .mk_marked
-            .saturating_add(marks.min(u16::MAX as u64) as u16);
+        self.mk_acked = self.mk_acked.saturating_add(newly.min(255) as u8);
+        self.mk_marked = self.mk_marked.saturating_add(marks.min(255) as u8);
         if psn_lt(cum, self.mk_end) {
             return false;
         }
@@ -473,9 +472,12 @@ impl TxPath {
         if acked == 0 || psn_diff(self.base_psn, self.route_psn) < 0 {
             return false;
         }
-        let f = (marked as f32 / acked as f32).min(1.0);
-        self.mk_avg += MARK_GAIN * (f - self.mk_avg);
-        self.mk_avg as f64 >= limit
+        let f = 255 * marked.min(acked) as i32 / acked as i32;
+        let m = self.mk_avg as i32;
+        // The step is rounded, so a constant F is approached to within 4/255.
+        let step = (f - m + (1 << (MARK_GAIN_SHIFT - 1))).div_euclid(1 << MARK_GAIN_SHIFT);
+        self.mk_avg = (m + step).clamp(0, 255) as u8;
+        self.mk_avg as f64 >= limit * 255.0
     }
 
     /// Whether packets of a route the path left are still tracked (PATH-13).
@@ -492,7 +494,7 @@ impl TxPath {
         self.mk_end = self.next_psn;
         self.mk_acked = 0;
         self.mk_marked = 0;
-        self.mk_avg = 0.0;
+        self.mk_avg = 0;
         self.counters.live().reroutes += 1;
     }
 
