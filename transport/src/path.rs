@@ -82,8 +82,9 @@ pub struct TxPath {
     pub rttvar_ns: f64,
     pub min_rtt_ns: u64,
     pub rto_ns: u64,
-    /// Consecutive RTO expiries without progress.
-    pub rto_count: u32,
+    /// Consecutive RTO expiries without progress (16 bits: the retry limit and
+    /// `fail_after_rtos` end a run long before; saturating).
+    pub rto_count: u16,
     /// ECN-CE count last echoed by an ACK.
     last_ce: u32,
     /// First PSN sent on the current route (spec/transport.md §4.8, PATH-13): the PSNs
@@ -737,14 +738,14 @@ impl TxPath {
         self.inflight_bytes = 0;
         self.trim();
         self.counters.live().rtos += 1;
-        self.rto_count += 1;
+        self.rto_count = self.rto_count.saturating_add(1);
         self.rto_ns = (self.rto_ns * 2).min(cfg.max_rto_ns);
         match self.state {
             PathState::Good => {
                 self.state = PathState::Suspect;
                 self.probe_at = Some(now);
             }
-            PathState::Suspect if self.rto_count >= cfg.fail_after_rtos => self.fail(now),
+            PathState::Suspect if self.rto_count as u32 >= cfg.fail_after_rtos => self.fail(now),
             _ => {}
         }
         lost

@@ -181,7 +181,8 @@ mod tests {
         use std::mem::size_of;
         let sizes = [
             ("Connection", size_of::<Connection>(), 552),
-            // 232: PATH-12's route start and mark window (11 B) over 224.
+            // 232: PATH-13's route start and mark window (11 B) and PATH-12's probe count (1 B)
+            // over 224, less 2 B of a 16-bit RTO count.
             ("TxPath", size_of::<TxPath>(), 232),
             ("RxPath", size_of::<RxPath>(), 96),
             ("Stream", size_of::<Stream>(), 120),

@@ -270,7 +270,8 @@ impl Connection {
                     // §5.4): 16 paths timing out twice must not fail a connection whose peer
                     // was only descheduled for a millisecond.
                     if !self.any_good() {
-                        self.no_progress_rtos = self.no_progress_rtos.max(self.paths[i].rto_count);
+                        self.no_progress_rtos =
+                            self.no_progress_rtos.max(self.paths[i].rto_count as u32);
                     }
                     if self.no_progress_rtos >= self.cfg.retry_limit {
                         self.fail_connection();
@@ -284,7 +285,8 @@ impl Connection {
                     let p = &mut self.paths[i];
                     let next = match p.state {
                         PathState::Suspect
-                            if p.probe_seq != 0 && p.rto_count + 1 >= self.cfg.fail_after_rtos =>
+                            if p.probe_seq != 0
+                                && p.rto_count as u32 + 1 >= self.cfg.fail_after_rtos =>
                         {
                             // Probes went unanswered for too long: fail and re-route.
                             p.fail(now);
@@ -292,7 +294,7 @@ impl Connection {
                             0
                         }
                         PathState::Suspect => {
-                            p.rto_count += 1;
+                            p.rto_count = p.rto_count.saturating_add(1);
                             p.rto_ns
                         }
                         _ => {
