@@ -46,10 +46,15 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         let Some(mut e) = lock(&c.q).pop_front() else {
             continue;
         };
-        process(&mut e);
-        if let Some(p) = id_of(e.ev.id) {
-            p.outstanding
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // Counted before it is processed: a destroy racing this (rping's main thread while
+        // its event thread takes the DISCONNECTED) then waits for the acknowledgement
+        // instead of freeing the id under us, or of waiting forever for an uncounted ack.
+        if count_event(&mut e) {
+            process(&mut e);
+        } else if !e.ev.id.is_null() {
+            // Its id was destroyed between the queue and here: the event goes with it, as
+            // the ones still queued did (rdma_destroy_id purges them).
+            continue;
         }
         // SAFETY: writable (contract).
         unsafe { *out = Box::into_raw(e) as *mut rdma_cm_event };
@@ -131,11 +136,8 @@ pub unsafe extern "C" fn rdma_ack_cm_event(e: *mut rdma_cm_event) -> c_int {
         return fail(libc::EINVAL);
     }
     // SAFETY: ours (an EvPriv leaked by rdma_get_cm_event).
-    let e = unsafe { Box::from_raw(e as *mut EvPriv) };
-    if let Some(p) = id_of(e.ev.id) {
-        p.outstanding
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
+    let mut e = unsafe { Box::from_raw(e as *mut EvPriv) };
+    uncount_event(&mut e);
     0
 }
 

@@ -416,11 +416,8 @@ fn wait(p: &IdPriv) -> Option<Box<EvPriv>> {
     }
     // SAFETY: the event we just took, an EvPriv of ours; consumed here, so it is not
     // outstanding for the application.
-    let e = unsafe { Box::from_raw(out as *mut EvPriv) };
-    if let Some(q) = id_of(e.ev.id) {
-        q.outstanding
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
+    let mut e = unsafe { Box::from_raw(out as *mut EvPriv) };
+    uncount_event(&mut e);
     Some(e)
 }
 

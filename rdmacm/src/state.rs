@@ -10,6 +10,7 @@ use crate::sys::*;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -62,6 +63,9 @@ pub struct EvPriv {
     /// queue pair, for the processing `rdma_get_cm_event` does.
     pub kind: u32,
     pub qp: FfiQp,
+    /// Counted in its id's `outstanding` when handed out ([`count_event`]): its
+    /// acknowledgement must uncount it even if the id has left the map by then.
+    pub counted: bool,
 }
 
 // SAFETY: an event's pointers are to ids of ours and to its own private data; it is moved
@@ -231,6 +235,7 @@ pub fn event(id: *mut rdma_cm_id, ty: rdma_cm_event_type, status: c_int) -> Box<
         pd: Vec::new(),
         kind: 0,
         qp: FfiQp::default(),
+        counted: false,
     })
 }
 
@@ -399,6 +404,36 @@ pub fn register(p: &IdPriv, comm: u32) {
             p.chan().push(e);
         }
     }
+}
+
+/// An event about to be handed to the application: counted against its id if the id is
+/// alive. The check and the count happen under the map's lock, under which
+/// `rdma_destroy_id` removes the id before it waits for `outstanding` to drain: so a counted
+/// event's id stays allocated until the event is acknowledged ([`uncount_event`]).
+pub(crate) fn count_event(e: &mut EvPriv) -> bool {
+    let id = e.ev.id;
+    let g = lock(global());
+    if id.is_null() || !g.ids.contains_key(&(id as usize)) {
+        return false;
+    }
+    // SAFETY: a live id of ours (in the map, which we hold): the rdma_cm_id is the first
+    // field of its IdPriv.
+    let p = unsafe { &*(id as *const IdPriv) };
+    p.outstanding.fetch_add(1, Ordering::SeqCst);
+    e.counted = true;
+    true
+}
+
+/// The application is done with `e`: its id's destruction may go on. The id is not looked
+/// up in the map (a destroy in progress has removed it already and waits for this).
+pub(crate) fn uncount_event(e: &mut EvPriv) {
+    if !std::mem::take(&mut e.counted) {
+        return;
+    }
+    // SAFETY: counted, so the id's rdma_destroy_id (which frees it) waits until this
+    // decrement; the IdPriv is allocated.
+    let p = unsafe { &*(e.ev.id as *const IdPriv) };
+    p.outstanding.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// The IdPriv behind an application's id, if it is one of ours and alive.

@@ -562,7 +562,8 @@ fn connection_failures(device: &'static str, tag: &str, cases: &[(&str, &str)]) 
 /// at run time): private data in REQ and REP, a consumer REJ with private data (status 28),
 /// DISCONNECTED on both sides, RDMA_PS_IPOIB and rdma_join_multicast refused (an RDMA_PS_UDP
 /// id created as UD), the channel fd readable exactly when an event waits, and a connection
-/// the client leaves open at exit disconnected by its CM (DISCONNECTED at the server).
+/// the client leaves open at exit disconnected by its CM (DISCONNECTED at the server), and
+/// rdma_destroy_id waiting for (not hanging on) an event another thread acknowledges late.
 #[test]
 fn private_data_reject_and_refusals_from_c() {
     private_data_from_c("ferroce0", "p");
@@ -605,6 +606,10 @@ fn private_data_from_c(device: &'static str, tag: &str) {
             let want = [
                 (c, "client: REP private data \"ferroce-rep-data\""),
                 (c, "client: REJ status 28, private data \"go-away\""),
+                (
+                    c,
+                    "client: rdma_destroy_id waited for the event another thread held",
+                ),
                 (s, "server: REQ private data \"ferroce-req\""),
                 (
                     s,

@@ -1,16 +1,21 @@
 /* Private data both ways, a consumer reject with private data, the refusals (multicast,
  * RDMA_PS_IPOIB; an RDMA_PS_UDP id is a UD one) and the event channel's fd, through the librdmacm API as a C program sees it;
  * and a connection the client leaves open when it exits, which its CM must disconnect (a
- * DREQ at exit, as Linux's kernel CM sends when the process's rdma_cm file closes).
+ * DREQ at exit, as Linux's kernel CM sends when the process's rdma_cm file closes); and
+ * rdma_destroy_id while another thread still holds the id's DISCONNECTED event, as rping's
+ * main thread destroys its id while its event thread prints that event: the destroy must
+ * wait for the acknowledgement and then return (it used to wait forever).
  *   cm_private server PORT
  *   cm_private client ADDR PORT
  * Prints "RESULT ok" when every check held, exits 1 at the first that did not. */
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <rdma/rdma_cma.h>
 
 #define CHECK(c, ...) do { if (!(c)) { printf("FAIL %s:%d: ", __FILE__, __LINE__); \
@@ -29,6 +34,19 @@ static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_
 	CHECK(e->event == t, "got %s (status %d), want %s", rdma_event_str(e->event), e->status,
 	      rdma_event_str(t));
 	return e;
+}
+
+static int acked;
+
+/* The event thread of rping, slowed down: acknowledge the event only after main has gone
+ * into rdma_destroy_id. */
+static void *ack_later(void *e)
+{
+	struct timespec t = { .tv_nsec = 200 * 1000 * 1000 };
+	nanosleep(&t, NULL);
+	__atomic_store_n(&acked, 1, __ATOMIC_SEQ_CST);
+	rdma_ack_cm_event(e);
+	return NULL;
 }
 
 static int has(const struct rdma_cm_event *e, const char *s)
@@ -168,9 +186,15 @@ static int client(const char *addr, const char *port)
 	struct rdma_cm_id *open = dial(ch, ai, OPEN);
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
 	CHECK(rdma_disconnect(id) == 0, "rdma_disconnect");
-	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_DISCONNECTED));
+	e = expect(ch, RDMA_CM_EVENT_DISCONNECTED);
 	rdma_destroy_qp(id);
-	rdma_destroy_id(id);
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, ack_later, e) == 0, "pthread_create");
+	CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+	CHECK(__atomic_load_n(&acked, __ATOMIC_SEQ_CST),
+	      "rdma_destroy_id returned before its DISCONNECTED event was acknowledged");
+	pthread_join(th, NULL);
+	printf("client: rdma_destroy_id waited for the event another thread held\n");
 	freeaddrinfo(ai);
 	printf("RESULT ok\n");
 	/* Exit with `open` connected (and its channel in use): the CM's exit sends its DREQ. */
