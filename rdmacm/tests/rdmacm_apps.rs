@@ -96,8 +96,12 @@ impl Env {
     /// `cmd` in namespace `k` with engine k (198.18.0.11 + k) and `loss` on transmit.
     fn side(&self, k: usize, cmd: &str, loss: f64, map: &str, limit: Duration) -> Command {
         let mut c = Command::new("ip");
+        // Line-buffered stdout (stdbuf): a program the time limit ends keeps what it printed
+        // (rping's ~75-byte lines sit in a 4 KiB pipe buffer: a client cut off in its
+        // teardown showed only its first 55 pings, whether or not it made the rest).
         c.args(["netns", "exec", &self.pair.ns[k], "timeout", "-k", "5"])
             .arg(format!("{}", limit.as_secs()))
+            .args(["stdbuf", "-oL"])
             .args(cmd.split_whitespace());
         c.env("LD_LIBRARY_PATH", &self.libs)
             .env("LD_BIND_NOW", "1")
