@@ -636,12 +636,17 @@ impl PathScan {
             self.blocked = true;
             return;
         }
-        let l = load();
         let slot = if i as u8 == self.avoid {
             &mut self.fallback
         } else {
             &mut self.best
         };
+        // No load is below 0: once the slot holds an empty path no later one can take it
+        // (the first of equal loads wins), so its load, a division, is not computed.
+        if slot.is_some_and(|(_, bl)| bl <= 0.0) {
+            return;
+        }
+        let l = load();
         if slot.is_none_or(|(_, bl)| l < bl) {
             *slot = Some((i, l));
         }
