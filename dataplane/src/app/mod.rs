@@ -148,12 +148,15 @@ struct Expect {
     local: u64,
     raddr: u64,
     orig: u64,
-    posted: Instant,
+    /// When it was posted, on the engine's clock (ns).
+    posted: u64,
 }
 
 /// The client: posts the workload's work requests and verifies every completion.
 pub struct ClientApp {
     h: EngineHandle,
+    /// The engine's clock, for the latency of each work request (two reads per message).
+    clock: crate::engine::Clock,
     pub spec: WorkloadSpec,
     peer: Ipv4Addr,
     keys: ServerKeys,
@@ -193,6 +196,7 @@ impl ClientApp {
         );
         let n = spec.streams as usize;
         ClientApp {
+            clock: h.clock(),
             h,
             spec: spec.clone(),
             peer,
@@ -396,7 +400,7 @@ impl ClientApp {
                 local,
                 raddr,
                 orig,
-                posted: Instant::now(),
+                posted: self.clock.now(),
             },
         );
         let wr = SendWr {
@@ -476,7 +480,7 @@ impl ClientApp {
             self.completed += 1;
         }
         self.latencies_ns
-            .record(x.posted.elapsed().as_nanos() as u64);
+            .record(self.clock.now().saturating_sub(x.posted));
         self.post_next(x.s);
         if self.next_done.iter().all(|&d| d >= self.spec.messages) && self.finished.is_none() {
             self.finished = Some(Instant::now());

@@ -384,6 +384,7 @@ impl Engine {
             stats,
             waker,
             out_bell,
+            clock: e.clock,
         };
         Ok((e, h))
     }
