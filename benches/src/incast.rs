@@ -1,6 +1,6 @@
 //! `bench incast`: N senders → 1 receiver on the reference fabric (the UEC simulator's
 //! 128-host fat tree), N ∈ {8, 32, 64, 127}, with the receiver's fair-share rate hints on and
-//! off. Each configuration is two runs: all N flows starting together (settle time, queue,
+//! off; [`IncastConfig::k`] picks a larger fat tree for fan-ins past 127 (k = 16: 1,024 hosts). Each configuration is two runs: all N flows starting together (settle time, queue,
 //! drops, fairness, completion spread), and N − 1 flows with one more joining later.
 //!
 //! Connections are opened before the start (ferroce's handshake takes one RTT; the UEC
@@ -23,6 +23,9 @@ pub const SENDERS: [usize; 4] = [8, 32, 64, 127];
 #[derive(Clone, Debug)]
 pub struct IncastConfig {
     pub opts: Opts,
+    /// Arity of the fat tree (k³/4 hosts): 8, the reference fabric, unless set (`--k 16`:
+    /// 1,024 hosts, for fan-ins past 127).
+    pub k: usize,
     pub senders: Vec<usize>,
     pub hints: Vec<bool>,
     /// Bytes all senders together send in the synchronised run (split evenly, whole messages).
@@ -54,6 +57,7 @@ impl IncastConfig {
     pub fn new(opts: Opts) -> Self {
         IncastConfig {
             opts,
+            k: fabric::FAT_TREE_K,
             senders: SENDERS.to_vec(),
             hints: vec![true, false],
             // The incast runs are cheap (a few seconds in all): quick mode keeps their full size,
@@ -178,9 +182,9 @@ pub fn settle(
     }
 }
 
-/// The senders of an N-sender incast: a seeded random choice among hosts 1..128.
-pub fn pick_senders(n: usize, seed: u64) -> Vec<HostId> {
-    let mut all: Vec<HostId> = (1..fabric::FAT_TREE_HOSTS as u32).map(HostId).collect();
+/// The senders of an N-sender incast: a seeded random choice among hosts 1..`hosts`.
+pub fn pick_senders(n: usize, seed: u64, hosts: usize) -> Vec<HostId> {
+    let mut all: Vec<HostId> = (1..hosts as u32).map(HostId).collect();
     Rng::new(seed ^ 0x1ca57).shuffle(&mut all);
     all.truncate(n.min(all.len()));
     all
@@ -196,7 +200,7 @@ fn build(cfg: &IncastConfig, hints: bool) -> Sim<NodeHost> {
     let mut ep = ep;
     ep.conn.mtu = MTU;
     ep.conn.cc = cfg.opts.cc;
-    fabric::fat_tree(&topo, |id, ip| native_host(id, ip, &ep, seed))
+    fabric::fat_tree_k(&topo, cfg.k, |id, ip| native_host(id, ip, &ep, seed))
 }
 
 fn workload(cfg: &IncastConfig, bytes: u64) -> WorkloadSpec {
@@ -266,7 +270,7 @@ fn run_flows(
 
 fn run_config(cfg: &IncastConfig, n: usize, hints: bool, rtt: u64) -> IncastRow {
     let t_wall = Instant::now();
-    let senders = pick_senders(n, cfg.opts.seed);
+    let senders = pick_senders(n, cfg.opts.seed, fabric::fat_tree_hosts(cfg.k));
     let n = senders.len();
     let w_samples = ((rtt as f64 / cfg.sample_ns as f64).round() as usize).max(1);
     let hold = w_samples * cfg.hold_rtts as usize;
@@ -537,12 +541,13 @@ pub fn run(cfg: &IncastConfig, progress: &dyn Progress) -> IncastReport {
     }
     progress.end();
     let setup = vec![
-        format!("fabric: {}", fabric::describe_reference(rtt)),
+        format!("fabric: {}", fabric::describe_fat_tree(cfg.k, rtt)),
         format!(
-            "receiver: host 0; senders: a seeded random choice among hosts 1-127; one connection each, \
+            "receiver: host 0; senders: a seeded random choice among hosts 1-{}; one connection each, \
              1 stream, WRITEs of {} B, {} in flight; synchronised run: {} MiB in all, split evenly; \
              late-joiner run: N-1 flows start at 0, one more at {} base RTTs, the others send enough \
              to run {} RTTs past that",
+            fabric::fat_tree_hosts(cfg.k) - 1,
             cfg.msg_size,
             cfg.depth,
             cfg.total_bytes >> 20,

@@ -163,9 +163,10 @@ pub struct BenchArgs {
     /// Loss --real --peer only: the peer's engine address [default: its own --local-ip].
     #[arg(long, value_name = "IP", global = true)]
     pub peer_ip: Option<String>,
-    /// Incast only: run just these sender counts (comma-separated, e.g. `64` or `8,64`).
+    /// Incast only: run just these sender counts (comma-separated, e.g. `64` or `8,64`); at
+    /// most the fat tree's hosts less one (127 on the reference fabric, 1,023 with --k 16).
     #[arg(long, value_delimiter = ',', value_name = "N,...", global = true,
-          value_parser = clap::value_parser!(u16).range(1..=127))]
+          value_parser = clap::value_parser!(u16).range(1..=1023))]
     pub senders: Vec<u16>,
     /// Core only: data packets in each row's measured window [default: 100000, --quick 20000].
     #[arg(long, value_name = "N", global = true,
@@ -208,9 +209,9 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_name = "KIB,...", global = true,
           value_parser = clap::value_parser!(u64).range(1..=(1 << 20)))]
     pub sizes_kib: Vec<u64>,
-    /// Permutation and collective only: arity of the fat tree (even, 4-80; k^3/4 hosts:
-    /// 16 gives 1,024 hosts and 320 switches) [default: 8, the 128-host reference fabric].
-    /// The collective's storage-kv pattern runs on k = 8 only.
+    /// Permutation, collective and incast only: arity of the fat tree (even, 4-80; k^3/4
+    /// hosts: 16 gives 1,024 hosts and 320 switches, and incasts up to 1,023:1) [default: 8,
+    /// the 128-host reference fabric]. The collective's storage-kv pattern runs on k = 8 only.
     #[arg(long = "k", value_name = "K", global = true, value_parser = parse_fat_tree_k)]
     pub fat_tree_k: Option<usize>,
     /// Permutation only: bytes per flow in KiB [default: 16384 (16 MiB), also with --quick].

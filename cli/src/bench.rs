@@ -251,7 +251,10 @@ fn render_loss(r: &LossReport, verbose: bool) -> String {
 
 fn render_incast(r: &IncastReport) -> String {
     let mut out = header(
-        "ferroce bench incast: N senders -> 1 receiver on the 128-host fat tree",
+        &format!(
+            "ferroce bench incast: N senders -> 1 receiver on the {}-host fat tree",
+            ferroce_benches::fabric::fat_tree_hosts(r.config.k)
+        ),
         &r.setup,
         r.config.opts,
     );
@@ -320,6 +323,27 @@ fn render_incast(r: &IncastReport) -> String {
     out.push('\n');
     out.push_str(&lines("definitions:", &r.definitions));
     out
+}
+
+/// The incast's settings with `--k` and `--senders` applied; a fan-in the fat tree cannot
+/// hold (the receiver is one of its hosts) is refused.
+fn incast_config(a: &BenchArgs, opts: Opts) -> Result<IncastConfig, String> {
+    let mut cfg = IncastConfig::new(opts);
+    if let Some(k) = a.fat_tree_k {
+        cfg.k = k;
+    }
+    if !a.senders.is_empty() {
+        cfg.senders = a.senders.iter().map(|&n| n as usize).collect();
+    }
+    let hosts = ferroce_benches::fabric::fat_tree_hosts(cfg.k);
+    if let Some(n) = cfg.senders.iter().find(|&&n| n == 0 || n >= hosts) {
+        return Err(format!(
+            "incast: {n} senders on a {hosts}-host fat tree (k = {}): 1 to {} (--k 16 for more)",
+            cfg.k,
+            hosts - 1
+        ));
+    }
+    Ok(cfg)
 }
 
 /// The permutation's settings with `--k`, `--flow-kib` and `--paths` applied.
@@ -781,10 +805,7 @@ fn run_benches(
         sum.extend(summary_loss(&r));
     }
     if all || which == BenchWhich::Incast {
-        let mut cfg = IncastConfig::new(opts);
-        if !a.senders.is_empty() {
-            cfg.senders = a.senders.iter().map(|&n| n as usize).collect();
-        }
+        let cfg = incast_config(a, opts)?;
         let r = incast::run(&cfg, &bar);
         let csv = out.join(format!("incast{suffix}.csv"));
         write_csv(&incast::csv(&r), &csv)?;
@@ -928,4 +949,38 @@ fn summary_loss(r: &LossReport) -> Summary {
         ));
     }
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{Cli, Command};
+    use clap::Parser;
+
+    fn bench_args(args: &[&str]) -> BenchArgs {
+        let it = ["ferroce", "bench"].into_iter().chain(args.iter().copied());
+        match Cli::try_parse_from(it).expect("parses").cmd {
+            Command::Bench(b) => *b,
+            _ => panic!("not bench"),
+        }
+    }
+
+    #[test]
+    fn incast_fan_in_is_bounded_by_the_fat_tree() {
+        let opts = Opts::default();
+        let c = incast_config(&bench_args(&["incast"]), opts).unwrap();
+        assert_eq!((c.k, c.senders.clone()), (8, vec![8, 32, 64, 127]));
+        let c = incast_config(
+            &bench_args(&["incast", "--k", "16", "--senders", "255"]),
+            opts,
+        );
+        assert_eq!(c.map(|c| (c.k, c.senders)), Ok((16, vec![255])));
+        let e = incast_config(&bench_args(&["incast", "--senders", "255"]), opts).unwrap_err();
+        assert!(e.contains("255 senders on a 128-host fat tree"), "{e}");
+        let e = incast_config(
+            &bench_args(&["incast", "--k", "4", "--senders", "16"]),
+            opts,
+        );
+        assert!(e.unwrap_err().contains("1 to 15"));
+    }
 }
