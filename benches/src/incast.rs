@@ -1,6 +1,7 @@
 //! `bench incast`: N senders → 1 receiver on the reference fabric (the UEC simulator's
 //! 128-host fat tree), N ∈ {8, 32, 64, 127}, with the receiver's fair-share rate hints on and
-//! off; [`IncastConfig::k`] picks a larger fat tree for fan-ins past 127 (k = 16: 1,024 hosts). Each configuration is two runs: all N flows starting together (settle time, queue,
+//! off; [`IncastConfig::k`] picks a larger fat tree for fan-ins past 127 (k = 16: 1,024
+//! hosts). Each configuration is two runs: all N flows starting together (settle time, queue,
 //! drops, fairness, completion spread), and N − 1 flows with one more joining later.
 //!
 //! Connections are opened before the start (ferroce's handshake takes one RTT; the UEC

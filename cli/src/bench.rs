@@ -336,7 +336,8 @@ fn incast_config(a: &BenchArgs, opts: Opts) -> Result<IncastConfig, String> {
         cfg.senders = a.senders.iter().map(|&n| n as usize).collect();
     }
     let hosts = ferroce_benches::fabric::fat_tree_hosts(cfg.k);
-    if let Some(n) = cfg.senders.iter().find(|&&n| n == 0 || n >= hosts) {
+    // (--senders is at least 1: clap's range.)
+    if let Some(n) = cfg.senders.iter().find(|&&n| n >= hosts) {
         return Err(format!(
             "incast: {n} senders on a {hosts}-host fat tree (k = {}): 1 to {} (--k 16 for more)",
             cfg.k,

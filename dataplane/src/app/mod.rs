@@ -155,8 +155,6 @@ struct Expect {
 /// The client: posts the workload's work requests and verifies every completion.
 pub struct ClientApp {
     h: EngineHandle,
-    /// The engine's clock, for the latency of each work request (two reads per message).
-    clock: crate::engine::Clock,
     pub spec: WorkloadSpec,
     peer: Ipv4Addr,
     keys: ServerKeys,
@@ -196,7 +194,6 @@ impl ClientApp {
         );
         let n = spec.streams as usize;
         ClientApp {
-            clock: h.clock(),
             h,
             spec: spec.clone(),
             peer,
@@ -400,7 +397,7 @@ impl ClientApp {
                 local,
                 raddr,
                 orig,
-                posted: self.clock.now(),
+                posted: self.h.clock().now(),
             },
         );
         let wr = SendWr {
@@ -480,7 +477,7 @@ impl ClientApp {
             self.completed += 1;
         }
         self.latencies_ns
-            .record(self.clock.now().saturating_sub(x.posted));
+            .record(self.h.clock().now().saturating_sub(x.posted));
         self.post_next(x.s);
         if self.next_done.iter().all(|&d| d >= self.spec.messages) && self.finished.is_none() {
             self.finished = Some(Instant::now());
