@@ -124,10 +124,10 @@ impl Transport for Profiled {
     fn accepts_connections(&self) -> bool {
         self.0.accepts_connections()
     }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self.0.as_any()
+    fn engine(&self) -> ferroce_transport::EngineRef<'_> {
+        self.0.engine()
     }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self.0.as_any_mut()
+    fn engine_mut(&mut self) -> ferroce_transport::EngineMut<'_> {
+        self.0.engine_mut()
     }
 }

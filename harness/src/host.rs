@@ -221,11 +221,11 @@ impl NodeHost {
 
     /// The native endpoint, when this host runs the native protocol.
     pub fn native(&self) -> Option<&Endpoint> {
-        self.ep.as_any().downcast_ref::<Endpoint>()
+        self.ep.engine().native()
     }
 
     pub fn native_mut(&mut self) -> Option<&mut Endpoint> {
-        self.ep.as_any_mut().downcast_mut::<Endpoint>()
+        self.ep.engine_mut().native()
     }
 
     /// Make this host the workload's server for `clients`; returns the keys the clients need.

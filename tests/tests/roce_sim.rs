@@ -48,8 +48,8 @@ fn build(
 fn counters(sim: &Sim<NodeHost>, h: HostId) -> RoceCounters {
     *sim.host(h)
         .ep
-        .as_any()
-        .downcast_ref::<RoceEndpoint>()
+        .engine()
+        .roce()
         .expect("a RoCE host")
         .counters()
 }

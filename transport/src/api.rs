@@ -318,9 +318,61 @@ pub trait Transport {
     /// Whether peers open connections to it (native handshake); a RoCEv2 engine has none, so
     /// both sides call `connect`.
     fn accepts_connections(&self) -> bool;
-    /// For embedders that need engine-specific counters.
-    fn as_any(&self) -> &dyn std::any::Any;
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+    /// The engine behind this transport, for what only one kind has (connection walks,
+    /// RoCEv2's XRC, UC, UD and CM state, engine counters). A wrapper forwards its inner
+    /// engine's.
+    fn engine(&self) -> EngineRef<'_>;
+    fn engine_mut(&mut self) -> EngineMut<'_>;
+}
+
+/// The two engines a [`Transport`] can be, borrowed: a closed set matched by name, so an
+/// embedder reaches engine-specific state without a type-erased downcast that a wrapper
+/// could silently break.
+pub enum EngineRef<'a> {
+    Native(&'a crate::endpoint::Endpoint),
+    Roce(&'a crate::roce::RoceEndpoint),
+}
+
+/// [`EngineRef`], mutably.
+pub enum EngineMut<'a> {
+    Native(&'a mut crate::endpoint::Endpoint),
+    Roce(&'a mut crate::roce::RoceEndpoint),
+}
+
+impl<'a> EngineRef<'a> {
+    /// The native engine, if it is one.
+    pub fn native(self) -> Option<&'a crate::endpoint::Endpoint> {
+        match self {
+            EngineRef::Native(e) => Some(e),
+            EngineRef::Roce(_) => None,
+        }
+    }
+
+    /// The RoCEv2 engine, if it is one.
+    pub fn roce(self) -> Option<&'a crate::roce::RoceEndpoint> {
+        match self {
+            EngineRef::Roce(e) => Some(e),
+            EngineRef::Native(_) => None,
+        }
+    }
+}
+
+impl<'a> EngineMut<'a> {
+    /// The native engine, if it is one.
+    pub fn native(self) -> Option<&'a mut crate::endpoint::Endpoint> {
+        match self {
+            EngineMut::Native(e) => Some(e),
+            EngineMut::Roce(_) => None,
+        }
+    }
+
+    /// The RoCEv2 engine, if it is one.
+    pub fn roce(self) -> Option<&'a mut crate::roce::RoceEndpoint> {
+        match self {
+            EngineMut::Roce(e) => Some(e),
+            EngineMut::Native(_) => None,
+        }
+    }
 }
 
 /// Engine-independent totals (both directions of every connection).

@@ -772,11 +772,11 @@ impl crate::api::Transport for Endpoint {
     fn accepts_connections(&self) -> bool {
         true
     }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn engine(&self) -> crate::api::EngineRef<'_> {
+        crate::api::EngineRef::Native(self)
     }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
+    fn engine_mut(&mut self) -> crate::api::EngineMut<'_> {
+        crate::api::EngineMut::Native(self)
     }
 }
 

@@ -397,12 +397,12 @@ impl Transport for CmTransport {
     fn accepts_connections(&self) -> bool {
         self.inner.accepts_connections()
     }
-    // The endpoint itself: the shim's downcasts to `Endpoint` keep working.
-    fn as_any(&self) -> &dyn std::any::Any {
-        self.inner.as_any()
+    // The endpoint itself: the shim reaches the `Endpoint` through it.
+    fn engine(&self) -> ferroce_transport::EngineRef<'_> {
+        self.inner.engine()
     }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self.inner.as_any_mut()
+    fn engine_mut(&mut self) -> ferroce_transport::EngineMut<'_> {
+        self.inner.engine_mut()
     }
 }
 

@@ -194,12 +194,12 @@ impl Transport for RoceCmTransport {
     fn accepts_connections(&self) -> bool {
         Transport::accepts_connections(&self.inner)
     }
-    // The endpoint itself: the shim's downcasts to `RoceEndpoint` keep working.
-    fn as_any(&self) -> &dyn std::any::Any {
-        self.inner.as_any()
+    // The endpoint itself: the shim reaches the `RoceEndpoint` through it.
+    fn engine(&self) -> ferroce_transport::EngineRef<'_> {
+        self.inner.engine()
     }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self.inner.as_any_mut()
+    fn engine_mut(&mut self) -> ferroce_transport::EngineMut<'_> {
+        self.inner.engine_mut()
     }
 }
 
@@ -214,7 +214,7 @@ fn on_engine<R: Send + 'static>(
     let mtu = e.mtu;
     let (tx, rx) = crossbeam_channel::bounded(1);
     e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
-        let Some(ep) = t.as_any_mut().downcast_mut::<RoceEndpoint>() else {
+        let Some(ep) = t.engine_mut().roce() else {
             let _ = tx.send(None);
             return;
         };

@@ -6,7 +6,7 @@
 use crate::state::{self, lock, Mode};
 use crate::verbs::qp_of;
 use ferroce_dataplane::engine::{Command, TransportFn};
-use ferroce_transport::{ConnId, ConnState, Connection, Endpoint, PathState};
+use ferroce_transport::{ConnId, ConnState, Connection, PathState};
 use libc::{c_int, size_t};
 use std::time::{Duration, Instant};
 
@@ -99,7 +99,7 @@ fn with_conn<R: Send + 'static>(
 ) -> Result<R, c_int> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
-        let r = t.as_any_mut().downcast_mut::<Endpoint>().and_then(|ep| {
+        let r = t.engine_mut().native().and_then(|ep| {
             let r = ep.connection_mut(conn).map(f);
             // Its deadlines and readiness follow what `f` changed.
             ep.refresh(conn);

@@ -802,7 +802,7 @@ pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
     let r = match qp.mode {
         _ if qp.uc => crate::uc::create_stream(t, qp, &inner, conn),
         Mode::Native => t.create_stream(conn, qp.qpn, inner.remote_qpn, qp.pd),
-        Mode::Roce => match t.as_any_mut().downcast_mut::<RoceEndpoint>() {
+        Mode::Roce => match t.engine_mut().roce() {
             Some(ep) => {
                 let p = QpParams {
                     local_qpn: qp.qpn,
@@ -855,7 +855,7 @@ pub fn create_stream(t: &mut dyn Transport, qp: &Arc<QpShared>, conn: ConnId) {
 /// work request as a refused `post_send` does.
 pub fn post_xrc_send(t: &mut dyn Transport, conn: ConnId, qpn: u32, srqn: u32, wr: SendWr) {
     let id = wr.wr_id;
-    let r = match t.as_any_mut().downcast_mut::<RoceEndpoint>() {
+    let r = match t.engine_mut().roce() {
         Some(ep) => ep.post_xrc_send(conn, qpn, srqn, wr),
         None => Err(PostError::Unsupported),
     };
@@ -887,7 +887,7 @@ pub fn set_sq_psn(
     let (done, rx) = crossbeam_channel::bounded(1);
     e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
         let conn = lock(&qp.inner).conn;
-        if let (Some(c), Some(ep)) = (conn, t.as_any_mut().downcast_mut::<RoceEndpoint>()) {
+        if let (Some(c), Some(ep)) = (conn, t.engine_mut().roce()) {
             let r = ep.set_sq_psn(c, qp.qpn, sq_psn);
             dbg_log!("QP {:#x}: sq_psn {sq_psn:#x} at RTS: {r:?}", qp.qpn);
         }

@@ -12,8 +12,8 @@
 use crate::state::{Mode, QpInner, QpShared};
 use crate::sys::*;
 use ferroce_dataplane::engine::{Command, TransportFn};
-use ferroce_transport::roce::{QpParams, RoceEndpoint};
-use ferroce_transport::{ConnId, Endpoint, PostError, Transport};
+use ferroce_transport::roce::QpParams;
+use ferroce_transport::{ConnId, PostError, Transport};
 
 /// Whether `ibv_modify_qp` from `cur` to `new` with attribute `mask` is valid for a UC QP:
 /// every required attribute present and nothing beyond the optional ones, as the kernel's
@@ -75,11 +75,11 @@ pub fn create_stream(
     conn: ConnId,
 ) -> Result<(), PostError> {
     match qp.mode {
-        Mode::Native => match t.as_any_mut().downcast_mut::<Endpoint>() {
+        Mode::Native => match t.engine_mut().native() {
             Some(ep) => ep.create_uc_stream(conn, qp.qpn, inner.remote_qpn, qp.pd),
             None => Err(PostError::Unsupported),
         },
-        Mode::Roce => match t.as_any_mut().downcast_mut::<RoceEndpoint>() {
+        Mode::Roce => match t.engine_mut().roce() {
             Some(ep) => ep.create_uc_qp(
                 conn,
                 QpParams {

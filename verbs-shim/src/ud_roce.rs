@@ -27,7 +27,7 @@ fn exec(qp: &QpShared, f: impl FnOnce(&mut RoceEndpoint) + Send + 'static) -> bo
         return false;
     };
     e.h.command(Command::Exec(TransportFn(Box::new(move |t| {
-        if let Some(ep) = t.as_any_mut().downcast_mut::<RoceEndpoint>() {
+        if let Some(ep) = t.engine_mut().roce() {
             f(ep);
         }
     }))))

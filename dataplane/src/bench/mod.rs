@@ -11,7 +11,7 @@ use crate::cpu::{alloc_counts, thread_cpu_ns};
 use crate::engine::{self, Engine, EngineHandle, EngineParams};
 use crate::io::{DpdkIo, PacketIo};
 use ferroce_dpdk_sys::{Eal, Mempool, Port, PortConfig};
-use ferroce_transport::{Endpoint, EndpointConfig};
+use ferroce_transport::EndpointConfig;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 static PAIRS: AtomicU32 = AtomicU32::new(0);
@@ -296,7 +296,7 @@ impl TransportWindow {
 
 /// (rx data packets, ACKs sent, tx data packets) summed over an engine's connections.
 fn conn_sums(e: &Engine) -> (u64, u64, u64) {
-    let Some(ep) = e.transport().as_any().downcast_ref::<Endpoint>() else {
+    let Some(ep) = e.transport().engine().native() else {
         return (0, 0, 0);
     };
     ep.connections().fold((0, 0, 0), |(r, a, t), c| {

@@ -858,49 +858,48 @@ impl Engine {
     /// Every counter, as JSON.
     pub fn snapshot(&self, now: u64) -> Value {
         let mut conns = Vec::new();
-        let mut endpoint = Value::Null;
+        let endpoint;
         let mut all = Value::Null;
         let mut by_state = Value::Null;
         let mut total = 0usize;
-        if let Some(ep) = self.transport.as_any().downcast_ref::<Endpoint>() {
-            endpoint = counters::endpoint_json(&ep.counters);
-            // Every connection is summed; only the busiest few are listed: a snapshot of
-            // thousands of connections' JSON, every `counters_interval_ms`, cost the engine
-            // ~5 KB of heap per connection and the CPU time to build it.
-            let mut sum = ferroce_transport::ConnCounters::default();
-            let mut states = [0u64; 5];
-            let mut busy: Vec<(u64, &ferroce_transport::Connection)> = Vec::new();
-            for c in ep.connections() {
-                let k = c.counters();
-                sum.add(&k);
-                states[state_index(c.state)] += 1;
-                busy.push((k.tx_pkts + k.rx_pkts, c));
+        match self.transport.engine() {
+            ferroce_transport::EngineRef::Native(ep) => {
+                endpoint = counters::endpoint_json(&ep.counters);
+                // Every connection is summed; only the busiest few are listed: a snapshot of
+                // thousands of connections' JSON, every `counters_interval_ms`, cost the engine
+                // ~5 KB of heap per connection and the CPU time to build it.
+                let mut sum = ferroce_transport::ConnCounters::default();
+                let mut states = [0u64; 5];
+                let mut busy: Vec<(u64, &ferroce_transport::Connection)> = Vec::new();
+                for c in ep.connections() {
+                    let k = c.counters();
+                    sum.add(&k);
+                    states[state_index(c.state)] += 1;
+                    busy.push((k.tx_pkts + k.rx_pkts, c));
+                }
+                total = busy.len();
+                let max = self.p.counters_conns_max;
+                if busy.len() > max {
+                    busy.select_nth_unstable_by(max, |a, b| b.0.cmp(&a.0));
+                    busy.truncate(max);
+                }
+                busy.sort_unstable_by_key(|(_, c)| c.id);
+                for (_, c) in busy {
+                    let st = STATE_NAMES[state_index(c.state)];
+                    conns.push(counters::conn_json(c.id.0, c.peer, st, &c.counters()));
+                }
+                all = counters::counters_json(&sum);
+                by_state = Value::Object(
+                    STATE_NAMES
+                        .iter()
+                        .zip(states)
+                        .map(|(n, k)| (n.to_string(), k.into()))
+                        .collect(),
+                );
             }
-            total = busy.len();
-            let max = self.p.counters_conns_max;
-            if busy.len() > max {
-                busy.select_nth_unstable_by(max, |a, b| b.0.cmp(&a.0));
-                busy.truncate(max);
+            ferroce_transport::EngineRef::Roce(ep) => {
+                endpoint = counters::roce_json(ep.counters());
             }
-            busy.sort_unstable_by_key(|(_, c)| c.id);
-            for (_, c) in busy {
-                let st = STATE_NAMES[state_index(c.state)];
-                conns.push(counters::conn_json(c.id.0, c.peer, st, &c.counters()));
-            }
-            all = counters::counters_json(&sum);
-            by_state = Value::Object(
-                STATE_NAMES
-                    .iter()
-                    .zip(states)
-                    .map(|(n, k)| (n.to_string(), k.into()))
-                    .collect(),
-            );
-        } else if let Some(ep) = self
-            .transport
-            .as_any()
-            .downcast_ref::<ferroce_transport::roce::RoceEndpoint>()
-        {
-            endpoint = counters::roce_json(ep.counters());
         }
         let mut v = json!({
             "time_ns": now,

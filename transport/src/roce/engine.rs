@@ -796,10 +796,10 @@ impl Transport for RoceEndpoint {
     fn accepts_connections(&self) -> bool {
         false
     }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn engine(&self) -> crate::api::EngineRef<'_> {
+        crate::api::EngineRef::Roce(self)
     }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
+    fn engine_mut(&mut self) -> crate::api::EngineMut<'_> {
+        crate::api::EngineMut::Roce(self)
     }
 }
