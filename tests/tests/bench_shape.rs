@@ -366,13 +366,15 @@ fn a_lone_flow_on_a_clean_fabric_is_within_1_percent_of_rocev2_on_seeds_1_to_8()
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
-/// Issue 17, item 4, the parts that hold today (quick mode, seeds 1-8, hints on): at 64:1 and
-/// 127:1 the slowest flow completes within 1.02 of the fastest, at 64:1 the late joiner
-/// reaches its share within 2 base RTTs, at 127:1 the fabric drops nothing (the pilots are
-/// spread by the receiver's crowd, spec/transport.md COLD-6, COLD-7) and the run settles
-/// within 3 base RTTs on 7 seeds of 8 (2.57-2.66; seed 5 takes 7.76: two senders sit at 0.79
-/// of their share, just outside the ±20 % band, for three RTTs). Not asserted because not met
-/// (docs/performance.md): 127:1 settled within 3 RTTs on every seed, 64:1 within 2 (2.4-2.5).
+/// Issue 17, item 4, the parts that hold today (quick mode, seeds 1-8, hints on): at 8:1,
+/// 32:1, 64:1 and 127:1 the slowest flow completes within 1.02 of the fastest, at 8:1, 32:1
+/// and 64:1 the late joiner reaches its share within 2 base RTTs (8:1 and 32:1 by starting at
+/// the settled crowd's share, COLD-8: 1.35-1.46 and 0.91-1.03), at 127:1 the fabric drops
+/// nothing (the pilots are spread by the receiver's crowd, spec/transport.md COLD-6, COLD-7)
+/// and the run settles within 3 base RTTs on 7 seeds of 8 (2.57-2.66; seed 5 takes 7.76: two
+/// senders sit at 0.79 of their share, just outside the ±20 % band, for three RTTs). Not
+/// asserted because not met (docs/performance.md): 127:1 settled within 3 RTTs on every seed,
+/// 64:1 within 2 (2.4-2.5), the 127:1 late joiner within 2 (2.09-2.31 on seeds 4, 5, 6, 8).
 #[test]
 fn incast_completions_and_late_joiner_on_seeds_1_to_8() {
     let _heap = shared();
@@ -380,10 +382,10 @@ fn incast_completions_and_late_joiner_on_seeds_1_to_8() {
     let mut settled_127 = 0;
     for seed in 1..=8 {
         let mut ic = IncastConfig::new(Opts { seed, ..QUICK });
-        ic.senders = vec![64, 127];
+        ic.senders = vec![8, 32, 64, 127];
         ic.hints = vec![true];
         let ir = incast::run(&ic, &Lines);
-        assert_eq!(ir.rows.len(), 2);
+        assert_eq!(ir.rows.len(), 4);
         for x in &ir.rows {
             assert!(x.completed && x.errors.is_empty(), "{:?}", x.errors);
             eprintln!(
@@ -402,10 +404,10 @@ fn incast_completions_and_late_joiner_on_seeds_1_to_8() {
             if x.senders == 127 && x.settle_rtts.is_some_and(|t| t <= 3.0) {
                 settled_127 += 1;
             }
-            if x.senders == 64 && !x.join_rtts.is_some_and(|j| j <= 2.0) {
+            if x.senders != 127 && !x.join_rtts.is_some_and(|j| j <= 2.0) {
                 bad.push(format!(
-                    "seed {seed}, 64:1: late joiner {:?} RTTs (needs <= 2)",
-                    x.join_rtts
+                    "seed {seed}, {}:1: late joiner {:?} RTTs (needs <= 2)",
+                    x.senders, x.join_rtts
                 ));
             }
         }

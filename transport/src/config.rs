@@ -154,6 +154,15 @@ pub struct ConnConfig {
     /// has a crowd of 255, and spans past ~40 µs cost more in tail-loss probes than they
     /// save in drops.
     pub pilot_spread_max_ns: u64,
+    /// A cold connection whose peer reports a crowd of 2 to this many connections starts at
+    /// line rate ÷ crowd at once, without waiting for its hint request's answer (COLD-8),
+    /// once that crowd has held for `crowd_settled_ns`; 0: never. Random phases of a few
+    /// dozen senders queue little; beyond, the pilot's ACK-timed phase settles sooner.
+    pub crowd_start_max: u32,
+    /// How long the peer's crowd must have held before a crowd start trusts it (ns):
+    /// connections opened together and used at once see crowds of 2, 3, ... until the
+    /// refreshes (COLD-6) arrive, and their starts would add up to ~ln(crowd) × line rate.
+    pub crowd_settled_ns: u64,
     /// Packets a paced connection that was due but polled late may send back to back to
     /// catch up with its rate (never after idling or being held by a window or a full NIC
     /// port). 0 for hosts that run the core exactly at its deadlines (the simulator); an
@@ -213,6 +222,8 @@ impl Default for ConnConfig {
             pilot_spread_ns: 12_000,
             pilot_absorb: 24,
             pilot_spread_max_ns: 36_000,
+            crowd_start_max: 48,
+            crowd_settled_ns: 100_000,
             pace_catch_up: 0,
             pace_burst: 1,
             pace_quantum_ns: 0,

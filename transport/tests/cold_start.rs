@@ -566,3 +566,82 @@ fn a_hint_request_with_nothing_left_to_send_sets_no_past_deadline() {
     // The pilot's timers (TLPs, the RTO) and the request's: a few dozen, not one per event.
     assert!(passes < 100, "{passes} timeout passes for {sent} datagrams");
 }
+
+/// B takes `more` connections besides A's (never answered), and A hears B's crowd rise in
+/// repeated OPEN_ACKs (COLD-6), all at `now`.
+fn crowd_b(p: &mut Pair, now: u64, more: u32) -> u8 {
+    let mut crowd = 0;
+    for i in 0..more {
+        p.b.connect(Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 1, 0)) + i));
+        while let Some(t) = p.b.poll_transmit(now, &mut p.buf, &mut p.mb) {
+            if t.dst == A {
+                let d = p.buf[..t.len].to_vec();
+                if let Body::OpenAck(o) = Packet::parse(&d).unwrap().body {
+                    crowd = o.crowd;
+                }
+                p.a.handle_datagram(now, B, t.src_port, false, &d, &mut p.ma);
+            }
+        }
+        while let Some(t) = p.a.poll_transmit(now, &mut p.buf, &mut p.ma) {
+            let d = p.buf[..t.len].to_vec();
+            p.b.handle_datagram(now, A, t.src_port, false, &d, &mut p.mb);
+        }
+    }
+    crowd
+}
+
+// checks: [COLD-8]
+#[test]
+fn a_settled_small_crowd_starts_at_its_share_without_waiting() {
+    // B has 8 connections (crowd 8). Line rate 100 Gb/s: the crowd's share is 12.5 Gb/s, one
+    // 4 KiB packet every (4096 + 118) × 8000 / 12,500 ≈ 2,697 ns.
+    let gap = (4096 + 118) * 8000 / 12_500;
+    let run = |settle: u64, max: u32| {
+        let (mut p, now) = Pair::new(|c| {
+            shared(c);
+            c.conn.crowd_start_max = max;
+        });
+        assert_eq!(crowd_b(&mut p, now, 7), 8);
+        let now = now + settle;
+        p.write();
+        p.a_alone(now, now + 30_000)
+    };
+    let data = |sent: &[(u64, Dgram)]| -> Vec<u64> {
+        sent.iter()
+            .filter(|(_, d)| opcode(d) == (Opcode::Write, opcode(d).1))
+            .filter(|(_, d)| opcode(d).1 & flags::RETX == 0)
+            .map(|(t, _)| *t)
+            .collect()
+    };
+    // Settled for 100 µs: the hint request, then data at once, paced at the share, before
+    // any answer (none comes here).
+    let sent = run(100_000, 48);
+    assert_eq!(
+        opcode(&sent[0].1).0,
+        Opcode::Probe,
+        "the hint request first"
+    );
+    let t = data(&sent);
+    assert!(t.len() >= 4, "data flows before the answer: {t:?}");
+    assert!(
+        t[0] - sent[0].0 <= 100,
+        "8 is within pilot_absorb: at once: {t:?}"
+    );
+    for w in t.windows(2) {
+        assert!(
+            w[1] - w[0] >= gap - 200 && w[1] - w[0] <= gap + 200,
+            "paced at line rate / 8: {t:?}"
+        );
+    }
+    // A crowd heard 50 µs ago may be stale at B's other connections; one above
+    // crowd_start_max settles sooner behind pilots: both wait for the answer with one pilot.
+    for (settle, max) in [(50_000, 48), (100_000, 4)] {
+        let sent = run(settle, max);
+        assert_eq!(opcode(&sent[0].1).0, Opcode::Probe);
+        assert_eq!(
+            data(&sent).len(),
+            1,
+            "one pilot only ({settle} ns, max {max})"
+        );
+    }
+}

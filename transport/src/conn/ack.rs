@@ -61,9 +61,11 @@ impl Connection {
         self.ack_req_out = false;
         let was_cold = self.hint_req_at.take().is_some();
         self.hint_tries = 0;
+        // A crowd start (COLD-8) already paces from its own phase: the answer sets the rate.
+        let crowd_started = std::mem::take(&mut self.crowd_started);
         if rate_hint_mbps != 0 {
             self.apply_hint(rate_hint_mbps);
-            if was_cold && self.pilot_sent_at.get().is_none() {
+            if was_cold && self.pilot_sent_at.get().is_none() && !crowd_started {
                 // No pilot went (the pacing after one is set below): data starts at the
                 // pilot's (random) time if that is still ahead; otherwise senders released by
                 // the same fair-share decision would all send at once, so start at a

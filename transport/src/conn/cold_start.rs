@@ -59,10 +59,39 @@ impl Connection {
     /// `pilot_absorb` take at the line rate, so that they arrive no faster than the peer's
     /// link drains them and its last hop's queue takes the rest; at most `pilot_spread_max`.
     pub(super) fn pilot_spread(&self) -> u64 {
+        let crowd = self.crowd_span().min(self.cfg.pilot_spread_max_ns);
+        self.cfg.pilot_spread_ns.max(crowd)
+    }
+
+    /// The line-rate time of the peer's crowd beyond `pilot_absorb` full-sized packets: a
+    /// span over which that many first packets arrive no faster than the link drains them.
+    pub(super) fn crowd_span(&self) -> u64 {
         let over = (self.peer_crowd as u64).saturating_sub(self.cfg.pilot_absorb as u64);
         let ser = self.full_packet_wire() * 8000 / self.line_rate_mbps.max(1) as u64;
-        let crowd = (over * ser).min(self.cfg.pilot_spread_max_ns);
-        self.cfg.pilot_spread_ns.max(crowd)
+        over * ser
+    }
+
+    /// Since when the peer's crowd has been what it is (as seen by `handle_packet`).
+    pub(super) fn note_crowd(&mut self, now: u64) {
+        if self.peer_crowd != self.crowd_seen {
+            self.crowd_seen = self.peer_crowd;
+            self.crowd_seen_us = ((now / 1000) as u32).max(1);
+        }
+    }
+
+    /// COLD-8: a cold start may go at line rate ÷ crowd at once: the peer reports a crowd of
+    /// 2 to `crowd_start_max` connections, unchanged for `crowd_settled_ns`, so every one of
+    /// them starting at once fills its link and no more. A fresh crowd may be stale at the
+    /// peer's other connections (they open together and learn the count one by one), and a
+    /// large one settles sooner behind pilots (their ACKs phase the senders).
+    pub(super) fn may_crowd_start(&self, now: u64) -> bool {
+        let c = self.peer_crowd;
+        c > 1
+            && u32::from(c) <= self.cfg.crowd_start_max
+            && c == self.crowd_seen
+            && self.crowd_seen_us != 0
+            && u64::from(((now / 1000) as u32).wrapping_sub(self.crowd_seen_us)) * 1000
+                >= self.cfg.crowd_settled_ns
     }
 
     /// One MTU-sized packet's spacing at the hinted rate (ns).

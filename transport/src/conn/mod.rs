@@ -381,6 +381,14 @@ pub struct Connection {
     pub(crate) crowd_here: u8,
     crowd_sent: u8,
     peer_crowd: u8,
+    /// `peer_crowd` as `handle_packet` last saw it, and since when (µs, wrapping; 0: not
+    /// yet): how long the crowd has held, for a crowd start (COLD-8). 32 bits keep the
+    /// connection's size; a crowd held past a wrap (71 min) may look fresh for a moment,
+    /// which only means a pilot.
+    crowd_seen: u8,
+    crowd_seen_us: u32,
+    /// This cold period started at line rate ÷ crowd (COLD-8): data goes before the hint.
+    crowd_started: bool,
     /// A packet from the peer has arrived since the open (an accepting connection learns
     /// it so; an initiator by the OPEN_ACK): only then does a crowd refresh go, so that a
     /// spoofed OPEN gets one OPEN_ACK and no more (spec/security.md §3).
@@ -590,6 +598,9 @@ impl Connection {
             crowd_here: 0,
             crowd_sent: 0,
             peer_crowd: 0,
+            crowd_seen: 0,
+            crowd_seen_us: 0,
+            crowd_started: false,
             peer_heard: false,
             counters: CounterStore::default(),
             completions: SlimDeque::new(),
@@ -749,6 +760,7 @@ impl Connection {
         ce: bool,
         mem: &mut dyn Memory,
     ) {
+        self.note_crowd(now); // one the endpoint set from an OPEN
         if !self.peer_heard {
             // The peer is live at its address: a crowd refresh held back till now goes.
             self.peer_heard = true;
@@ -783,6 +795,7 @@ impl Connection {
                 }
                 // A repeated OPEN_ACK also updates the peer's crowd (COLD-6).
                 self.peer_crowd = o.crowd;
+                self.note_crowd(now);
                 if self.state == ConnState::Opening {
                     self.establish(o);
                     self.peer_sole = pkt.flags & flags::SOLE != 0;

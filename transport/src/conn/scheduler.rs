@@ -221,7 +221,7 @@ impl Connection {
             .hint_req_at
             .get()
             .is_some_and(|t| now < t + self.cfg.initial_rto_ns);
-        if waiting {
+        if waiting && !self.crowd_started {
             // Only the pilot goes before the answer: one data packet, on the request's path
             // (behind the request, so the receiver holds its ACK with the answer's).
             if inflight > 0 || self.pilot_at.get().is_none_or(|t| t > now) {
@@ -261,9 +261,22 @@ impl Connection {
             if self.hint_tries == 0 {
                 self.pilot_path = p;
                 self.pilot_sent_at = At::from(None);
-                self.pilot_at = At::from(Some(
-                    now + splitmix64(self.seed ^ now ^ 0x9170) % self.pilot_spread().max(1),
-                ));
+                self.crowd_started = self.may_crowd_start(now);
+                if self.crowd_started {
+                    // COLD-8: the crowd's share at once, no pilot; the first packet at a
+                    // pseudo-random point of the crowd's span (COLD-7's, uncapped: the
+                    // crowd's first packets beyond what the last hop absorbs arrive no
+                    // faster than the link drains them).
+                    self.apply_hint(self.line_rate_mbps / u32::from(self.peer_crowd));
+                    self.pilot_at = At::from(None);
+                    self.pace_next = now + splitmix64(self.seed ^ now) % self.crowd_span().max(1);
+                    self.pace_batch = true;
+                    self.pace_armed = self.pace_next > now;
+                } else {
+                    self.pilot_at = At::from(Some(
+                        now + splitmix64(self.seed ^ now ^ 0x9170) % self.pilot_spread().max(1),
+                    ));
+                }
             }
             self.hint_req_at = At::from(Some(now));
             self.hint_tries += 1;
