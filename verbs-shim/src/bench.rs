@@ -212,31 +212,6 @@ fn perftest(
     args: &[String],
     loss: f64,
 ) -> Result<Vec<String>, String> {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        // A memif server that exited may leave its socket behind.
-        std::fs::remove_file(socket).ok();
-        match perftest_once(ns, ifname, pmd, socket, libs, prog, args, loss) {
-            Err(e) if e.contains(PERFTEST_CLOCK_FAILED) && tries < PERFTEST_TRIES => {
-                eprintln!("{prog}: perftest could not calibrate its clock (try {tries}), again");
-            }
-            r => return r,
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn perftest_once(
-    ns: &str,
-    ifname: &[String; 2],
-    pmd: Pmd,
-    socket: &Path,
-    libs: &Path,
-    prog: &str,
-    args: &[String],
-    loss: f64,
-) -> Result<Vec<String>, String> {
     let mk = |k: usize, client: bool| {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns, "timeout", "-k", "5", "120"])
@@ -256,29 +231,44 @@ fn perftest_once(
             .stderr(Stdio::piped());
         c
     };
-    let server = mk(1, false).spawn().map_err(|e| format!("{prog}: {e}"))?;
-    std::thread::sleep(Duration::from_millis(700));
-    let client = mk(0, true).spawn().map_err(|e| format!("{prog}: {e}"))?;
-    let co = client.wait_with_output().map_err(|e| e.to_string())?;
-    let so = server.wait_with_output().map_err(|e| e.to_string())?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&co.stdout),
-        String::from_utf8_lossy(&co.stderr)
-    );
-    let server_err = String::from_utf8_lossy(&so.stderr);
-    // Either side's report is meaningless once its calibration failed (the server's
-    // matters to ib_write_lat, whose round trips both sides time).
-    let clock_ok =
-        !text.contains(PERFTEST_CLOCK_FAILED) && !server_err.contains(PERFTEST_CLOCK_FAILED);
-    match perftest_row(&text) {
-        Some(r) if co.status.success() && so.status.success() && clock_ok => Ok(r),
-        _ => Err(format!(
-            "{prog} failed (client {:?}, server {:?}):\n{text}\n{}",
-            co.status.code(),
-            so.status.code(),
-            server_err
-        )),
+    // One run of the pair: the client's row, or why there is none.
+    let once = || -> Result<Vec<String>, String> {
+        let server = mk(1, false).spawn().map_err(|e| format!("{prog}: {e}"))?;
+        std::thread::sleep(Duration::from_millis(700));
+        let client = mk(0, true).spawn().map_err(|e| format!("{prog}: {e}"))?;
+        let co = client.wait_with_output().map_err(|e| e.to_string())?;
+        let so = server.wait_with_output().map_err(|e| e.to_string())?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&co.stdout),
+            String::from_utf8_lossy(&co.stderr)
+        );
+        let server_err = String::from_utf8_lossy(&so.stderr);
+        // Either side's report is meaningless once its calibration failed (the server's
+        // matters to ib_write_lat, whose round trips both sides time).
+        let clock_ok =
+            !text.contains(PERFTEST_CLOCK_FAILED) && !server_err.contains(PERFTEST_CLOCK_FAILED);
+        match perftest_row(&text) {
+            Some(r) if co.status.success() && so.status.success() && clock_ok => Ok(r),
+            _ => Err(format!(
+                "{prog} failed (client {:?}, server {:?}):\n{text}\n{}",
+                co.status.code(),
+                so.status.code(),
+                server_err
+            )),
+        }
+    };
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        // A memif server that exited may leave its socket behind.
+        std::fs::remove_file(socket).ok();
+        match once() {
+            Err(e) if e.contains(PERFTEST_CLOCK_FAILED) && tries < PERFTEST_TRIES => {
+                eprintln!("{prog}: perftest could not calibrate its clock (try {tries}), again");
+            }
+            r => return r,
+        }
     }
 }
 
