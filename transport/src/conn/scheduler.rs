@@ -246,8 +246,10 @@ impl Connection {
             return None;
         }
         // A request goes out when the connection is cold and has data, or again while the
-        // pilot is all that went out (the request or its answer was lost).
+        // pilot is all that went out (the request or its answer was lost); not while one is
+        // pending (only a crowd start, COLD-8, gets here then: it sends data meanwhile).
         if cold
+            && !waiting
             && self.has_unsent()
             && self.hint_tries < HINT_TRIES
             && (inflight == 0 || self.hint_tries > 0)
