@@ -70,12 +70,11 @@ impl Connection {
                 // pilot's (random) time if that is still ahead; otherwise senders released by
                 // the same fair-share decision would all send at once, so start at a
                 // deterministic pseudo-random point of one gap.
-                self.pace_next = match self.pilot_at.get() {
+                let at = match self.pilot_at.get() {
                     Some(t) if t > now => t,
                     _ => now + splitmix64(self.seed ^ now) % self.hint_gap().max(1),
                 };
-                self.pace_batch = true; // the first packet goes at exactly this time
-                self.pace_armed = self.pace_next > now;
+                self.first_paced_at(now, at);
             }
         }
         self.pilot_at = At::from(None);
@@ -123,15 +122,14 @@ impl Connection {
                 // gap is shorter than an RTT.
                 let gap = self.hint_gap();
                 let echo = a.ts_echo == (t as u32).max(1);
-                self.pace_next = match (rtt_sample, self.pilot_wait_until()) {
+                let at = match (rtt_sample, self.pilot_wait_until()) {
                     (Some(r), _) if echo => {
                         self.pilot_sent_at = At::from(None);
                         // The base RTT was measured with the small request, which the pilot
                         // exceeds by one MTU's serialisation on every store-and-forward hop:
                         // take that off for up to PILOT_HOPS hops, erring early (an early
                         // packet queues briefly; a late one leaves the bottleneck idle).
-                        let ser =
-                            self.full_packet_wire() * 8000 / self.line_rate_mbps.max(1) as u64;
+                        let ser = self.full_packet_ser();
                         t + r.saturating_sub(self.base_rtt() + PILOT_HOPS * ser) + gap
                     }
                     (_, Some(w)) => w,
@@ -141,8 +139,7 @@ impl Connection {
                     // otherwise all start together.
                     _ => t + gap * (now.saturating_sub(t) / gap.max(1) + 1),
                 };
-                self.pace_batch = true; // the first packet goes at exactly this time
-                self.pace_armed = self.pace_next > now;
+                self.first_paced_at(now, at);
             }
         }
         let mut out = self.ack_scratch.take().unwrap_or_default();

@@ -67,8 +67,14 @@ impl Connection {
     /// span over which that many first packets arrive no faster than the link drains them.
     pub(super) fn crowd_span(&self) -> u64 {
         let over = (self.peer_crowd as u64).saturating_sub(self.cfg.pilot_absorb as u64);
-        let ser = self.full_packet_wire() * 8000 / self.line_rate_mbps.max(1) as u64;
-        over * ser
+        over * self.full_packet_ser()
+    }
+
+    /// The first data packet after a cold start goes at exactly `at` (ns), as one batch.
+    pub(super) fn first_paced_at(&mut self, now: u64, at: u64) {
+        self.pace_next = at;
+        self.pace_batch = true;
+        self.pace_armed = at > now;
     }
 
     /// Since when the peer's crowd has been what it is (as seen by `handle_packet`).
@@ -97,6 +103,11 @@ impl Connection {
     /// One MTU-sized packet's spacing at the hinted rate (ns).
     pub(super) fn hint_gap(&self) -> u64 {
         (self.full_packet_wire() as f64 * 8000.0 / self.peer_hint_mbps.max(1) as f64) as u64
+    }
+
+    /// One full-sized packet's serialisation at the line rate (ns).
+    pub(super) fn full_packet_ser(&self) -> u64 {
+        self.full_packet_wire() * 8000 / self.line_rate_mbps.max(1) as u64
     }
 
     /// Wire bytes of a full-sized WRITE packet: payload, native headers and trailer, framing.

@@ -271,9 +271,8 @@ impl Connection {
                     // faster than the link drains them).
                     self.apply_hint(self.line_rate_mbps / u32::from(self.peer_crowd));
                     self.pilot_at = At::from(None);
-                    self.pace_next = now + splitmix64(self.seed ^ now) % self.crowd_span().max(1);
-                    self.pace_batch = true;
-                    self.pace_armed = self.pace_next > now;
+                    let at = now + splitmix64(self.seed ^ now) % self.crowd_span().max(1);
+                    self.first_paced_at(now, at);
                 } else {
                     self.pilot_at = At::from(Some(
                         now + splitmix64(self.seed ^ now ^ 0x9170) % self.pilot_spread().max(1),
