@@ -154,6 +154,7 @@ impl Connection {
                 0.875 * self.srtt_all + 0.125 * r as f64
             };
         }
+        let before = self.paths[p].inflight_bytes;
         self.paths[p].on_ack(
             now,
             a.cum_psn,
@@ -164,6 +165,7 @@ impl Connection {
             &self.cfg,
             &mut out,
         );
+        self.path_changed(p, before);
         self.min_rtt_all = self.min_rtt_all.min(self.paths[p].min_rtt_ns);
         self.win_cache.set(None);
         if out.congested
@@ -234,19 +236,17 @@ impl Connection {
         // A NACK on path NO_PATH is about a request, not a packet (a deferred failure): it is
         // found by (stream, msn). Otherwise the PSN names the refused packet, and it must have
         // carried the MSN the NACK names.
-        let chunk = if path == NO_PATH {
-            None
-        } else {
-            self.paths.get_mut(path as usize).and_then(|p| {
+        let chunk = match self.paths.get_mut(path as usize) {
+            Some(p) if path != NO_PATH => {
                 let msn_ok = p.peek(n.psn).is_some_and(|c| match c {
                     ChunkRef::Req { msn, .. } | ChunkRef::Resp { msn, .. } => msn == n.msn,
                 });
-                if msn_ok {
-                    p.forget(n.psn)
-                } else {
-                    None
-                }
-            })
+                let before = p.inflight_bytes;
+                let c = if msn_ok { p.forget(n.psn) } else { None };
+                self.path_changed(path as usize, before);
+                c
+            }
+            _ => None,
         };
         if chunk.is_some() {
             self.mark_path(path as usize);

@@ -20,6 +20,7 @@ impl Connection {
         self.fresh_cwnd = (init_window / n as f64).max(self.mtu as f64);
         self.max_cwnd = init_window;
         self.paths.clear();
+        self.inflight = 0;
         self.rx_paths.clear();
         self.rx_due.clear();
         self.ack_queued.clear();
@@ -95,6 +96,7 @@ impl Connection {
             p.abandon_all();
             p.probe_at = None;
         }
+        self.inflight = 0;
         self.pt_all = true;
         self.events.push_back(Event::Failed { conn: self.id });
     }

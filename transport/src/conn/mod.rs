@@ -303,7 +303,7 @@ pub struct Connection {
     ctrl_queue: SlimDeque<Ctrl>,
     ctrl_at: At,
     ctrl_tries: u32,
-    rr: usize,
+    rr: u8,
     /// NIC ports (planes) of this host; ports with room for the packet being built; the port
     /// the last packet was built for; a path had room but its plane had none.
     nic_ports: u8,
@@ -395,6 +395,10 @@ pub struct Connection {
     peer_heard: bool,
     /// Payload bytes of ORDERED packets held for their turn (§7.2), all streams.
     held_bytes: u64,
+    /// Bytes in flight on all paths: the sum of their `inflight_bytes`, kept in step by
+    /// every call that changes one (`path_changed`), so a packet's window check does not
+    /// read every path.
+    inflight: u32,
     /// An ACK_REQ went out and no ACK has come back since.
     ack_req_out: bool,
     /// What the last ACK told a path, kept so that an ACK allocates nothing (boxed and
@@ -571,6 +575,7 @@ impl Connection {
             in_rx_active: false,
             no_progress_rtos: 0,
             held_bytes: 0,
+            inflight: 0,
             ack_req_out: false,
             ack_scratch: None,
             win_cache: std::cell::Cell::new(None),
@@ -670,10 +675,12 @@ impl Connection {
     pub fn fail_path(&mut self, i: usize, now: u64) {
         self.grow_tx(i);
         if let Some(p) = self.paths.get_mut(i) {
+            let before = p.inflight_bytes;
             for c in p.on_rto(now, &self.cfg) {
                 self.retx.push_back((c, i as u8));
             }
             p.fail(now);
+            self.path_changed(i, before);
         }
         self.pt_all = true;
     }

@@ -12,7 +12,9 @@ impl Connection {
                 continue; // nothing of this path can be lost (zero-byte packets count)
             }
             let d = self.paths[i].loss_delay(t.base, t.ack_allowance, t.conn_srtt);
+            let before = self.paths[i].inflight_bytes;
             let lost = self.paths[i].detect_time_losses(now, self.rack_time, d);
+            self.path_changed(i, before);
             if !lost.is_empty() {
                 self.mark_path(i);
             }
@@ -255,7 +257,9 @@ impl Connection {
             if let Some(d) = self.paths[i].rto_deadline(t.rto_extra(self.cfg.ack_delay_ns)) {
                 if d <= now {
                     self.mark_path(i);
+                    let before = self.paths[i].inflight_bytes;
                     let lost = self.paths[i].on_rto(now, &self.cfg);
+                    self.path_changed(i, before);
                     self.counters.live().rtos += 1;
                     if self.paths[i].state == PathState::Probing {
                         self.counters.live().path_failures += 1;

@@ -3,6 +3,25 @@
 use super::*;
 
 impl Connection {
+    /// Bytes in flight on all paths (the running total; checked against the sum in tests).
+    pub(super) fn inflight(&self) -> u64 {
+        #[cfg(any(test, debug_assertions))]
+        assert_eq!(
+            self.inflight as u64,
+            self.paths.iter().map(|p| p.inflight_bytes).sum::<u64>(),
+            "stale in-flight total"
+        );
+        self.inflight as u64
+    }
+
+    /// Path `i`'s bytes in flight were `before` a call that may have changed them: bring
+    /// the connection's total in step. (A u32 holds it: at most 255 paths of 256 packets of
+    /// at most 65,535 B each, the SACK span bounding every path.)
+    pub(super) fn path_changed(&mut self, i: usize, before: u64) {
+        let after = self.paths[i].inflight_bytes;
+        self.inflight = (self.inflight as u64 + after - before) as u32;
+    }
+
     /// Connection-level window: sum of path windows, capped by the receiver's hint.
     pub(super) fn conn_window(&self) -> f64 {
         if let Some(w) = self.win_cache.get() {
@@ -119,14 +138,19 @@ impl Connection {
         };
         // Round robin from `rr`: two straight runs, `rr..n` then `0..rr`, so the scan (every
         // path, every packet) needs no wrapped index and no bounds check per path.
-        let start = if self.rr < n { self.rr } else { 0 };
+        let start = if (self.rr as usize) < n {
+            self.rr as usize
+        } else {
+            0
+        };
         self.scan_paths(start, n, &mut scan);
         self.scan_paths(0, start, &mut scan);
         if scan.blocked {
             self.port_blocked = true; // one would go, but its NIC port is full
         }
         let pick = scan.best.or(scan.fallback).map(|(i, _)| i)?;
-        self.rr = if pick + 1 < n { pick + 1 } else { 0 };
+        // `pick` < `n_paths`, a u8.
+        self.rr = if pick + 1 < n { pick as u8 + 1 } else { 0 };
         Some(pick)
     }
 
@@ -194,7 +218,7 @@ impl Connection {
                 }
             }
         }
-        let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
+        let inflight = self.inflight();
         if inflight == 0 && self.has_unsent() {
             // Busy again after an idle spell: a backed-off home probe comes forward now, not
             // at the next full timer pass, which a busy flow may not reach for a long time.
@@ -533,11 +557,7 @@ impl Connection {
         // the receiver's ACK count), and when it fills the window, or a small window idles
         // for that long every round; the latter once until an ACK comes back, or a sender
         // held at its window would ask on every packet and get one ACK per packet.
-        // (The in-flight sum reads every path: only when it can matter, once per ACK.)
-        let fills = || {
-            let inflight: u64 = self.paths.iter().map(|p| p.inflight_bytes).sum();
-            (inflight + 2 * mtu as u64) as f64 > self.conn_window()
-        };
+        let fills = || (self.inflight() + 2 * mtu as u64) as f64 > self.conn_window();
         if forced.is_some() || (last && !backlog) || (!self.ack_req_out && fills()) {
             fl |= flags::ACK_REQ;
             self.ack_req_out = true;
@@ -614,7 +634,9 @@ impl Connection {
         }
         let entropy = self.paths[pi].entropy;
         self.last_tx_port = self.paths[pi].plane;
+        let before = self.paths[pi].inflight_bytes;
         self.paths[pi].on_send(chunk, plen, now, retx);
+        self.path_changed(pi, before);
         self.mark_path(pi);
         if let (true, ChunkRef::Req { msn, chunk: ci, .. }) = (uc, chunk) {
             // Sent once: done (nothing will resend it).
