@@ -120,8 +120,8 @@ impl Connection {
         let port0 = path_entropy(self.seed, 0, 0);
         let (body, path, port, dst) = match c {
             Ctrl::Open | Ctrl::Close => {
-                self.ctrl_tries += 1;
-                if self.ctrl_tries > self.cfg.open_tries {
+                self.ctrl_tries = self.ctrl_tries.saturating_add(1);
+                if self.ctrl_tries as u32 > self.cfg.open_tries {
                     self.fail_connection();
                     return None;
                 }

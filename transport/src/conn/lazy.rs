@@ -138,6 +138,7 @@ impl Connection {
         for p in &mut self.paths {
             p.compact();
         }
+        self.paths.drop_index();
         for s in self.streams.values_mut() {
             s.wrs.shrink_to_fit();
             s.posted.shrink_to_fit();

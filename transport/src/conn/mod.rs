@@ -19,6 +19,7 @@ mod cold_start;
 mod control;
 mod lazy;
 mod msn_ring;
+mod pick;
 mod planes;
 pub use planes::NoSuchPlane;
 mod recovery;
@@ -277,7 +278,7 @@ pub struct Connection {
     /// Paths agreed at the open (0 before), and the built prefix of them (`lazy.rs`): a
     /// path's state is built when it is first used.
     n_paths: u8,
-    paths: Vec<TxPath>,
+    paths: pick::PathVec,
     rx_paths: Vec<RxPath>,
     /// The window a path not yet built starts with, and every path's largest.
     fresh_cwnd: f64,
@@ -302,7 +303,7 @@ pub struct Connection {
     nack_queue: SlimDeque<(u8, NackRepr)>,
     ctrl_queue: SlimDeque<Ctrl>,
     ctrl_at: At,
-    ctrl_tries: u32,
+    ctrl_tries: u16,
     rr: u8,
     /// NIC ports (planes) of this host; ports with room for the packet being built; the port
     /// the last packet was built for; a path had room but its plane had none.
@@ -339,7 +340,7 @@ pub struct Connection {
     /// batch of events, not once per event).
     pub(crate) timer_dirty: bool,
     pub(crate) in_rx_active: bool,
-    no_progress_rtos: u32,
+    no_progress_rtos: u16,
     /// Send time of the most recently sent packet acknowledged on any path (RACK).
     rack_time: u64,
     /// Earliest time the next data packet may leave under the hint's pacing, and whether
@@ -361,7 +362,7 @@ pub struct Connection {
     last_ack_at: u64,
     /// Outstanding cold-start hint request, and how many were sent without an answer.
     hint_req_at: At,
-    hint_tries: u32,
+    hint_tries: u8,
     /// Cold start: when the pilot may go (None: sent, or none this cold period), its path,
     /// and when it went.
     pilot_at: At,
@@ -490,7 +491,7 @@ const HOME_PROBE_STEPS: u8 = 5;
 /// base RTTs (the back-off above is capped), so a repaired plane is back within a few RTTs.
 const HOME_PROBE_RTTS: u64 = 4;
 /// Unanswered cold-start hint requests before data goes out without a hint.
-const HINT_TRIES: u32 = 3;
+const HINT_TRIES: u8 = 3;
 
 /// Path index of a NACK that names a request rather than a packet (paths are 0..=254).
 pub const NO_PATH: u8 = 255;
@@ -538,7 +539,7 @@ impl Connection {
             line_rate_mbps,
             seed,
             n_paths: 0,
-            paths: Vec::new(),
+            paths: pick::PathVec::default(),
             rx_paths: Vec::new(),
             fresh_cwnd: 0.0,
             max_cwnd: 0.0,

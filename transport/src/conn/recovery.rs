@@ -274,10 +274,9 @@ impl Connection {
                     // §5.4): 16 paths timing out twice must not fail a connection whose peer
                     // was only descheduled for a millisecond.
                     if !self.any_good() {
-                        self.no_progress_rtos =
-                            self.no_progress_rtos.max(self.paths[i].rto_count as u32);
+                        self.no_progress_rtos = self.no_progress_rtos.max(self.paths[i].rto_count);
                     }
-                    if self.no_progress_rtos >= self.cfg.retry_limit {
+                    if self.no_progress_rtos as u32 >= self.cfg.retry_limit {
                         self.fail_connection();
                         return;
                     }

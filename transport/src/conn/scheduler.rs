@@ -124,8 +124,37 @@ impl Connection {
     }
 
     /// Pick the path for the next packet: the least-loaded usable path with room, avoiding
-    /// `avoid` (the path that just lost this chunk) when another will do.
+    /// `avoid` (the path that just lost this chunk) when another will do. The index finds
+    /// it without reading every path (`pick.rs`); the scan is the reference, and what runs
+    /// where the index cannot say.
     pub(super) fn pick_path(&mut self, bytes: u32, avoid: u8) -> Option<usize> {
+        let n = self.n_paths as usize;
+        let pick = match self.pick_by_index(bytes, avoid) {
+            Some(pick) => {
+                #[cfg(any(test, debug_assertions))]
+                assert_eq!(
+                    (pick, false),
+                    self.pick_by_scan(bytes, avoid),
+                    "the pick index disagrees with the scan"
+                );
+                pick?
+            }
+            None => {
+                let (pick, blocked) = self.pick_by_scan(bytes, avoid);
+                if blocked {
+                    self.port_blocked = true; // one would go, but its NIC port is full
+                }
+                pick?
+            }
+        };
+        // `pick` < `n_paths`, a u8.
+        self.rr = if pick + 1 < n { pick as u8 + 1 } else { 0 };
+        Some(pick)
+    }
+
+    /// `pick_path` by reading every path: the pick, and whether a path would have gone but
+    /// for its full NIC port.
+    fn pick_by_scan(&self, bytes: u32, avoid: u8) -> (Option<usize>, bool) {
         let n = self.n_paths as usize;
         let mut scan = PathScan {
             bytes,
@@ -145,20 +174,16 @@ impl Connection {
         };
         self.scan_paths(start, n, &mut scan);
         self.scan_paths(0, start, &mut scan);
-        if scan.blocked {
-            self.port_blocked = true; // one would go, but its NIC port is full
-        }
-        let pick = scan.best.or(scan.fallback).map(|(i, _)| i)?;
-        // `pick` < `n_paths`, a u8.
-        self.rr = if pick + 1 < n { pick as u8 + 1 } else { 0 };
-        Some(pick)
+        let pick = scan.best.or(scan.fallback).map(|(i, _)| i);
+        (pick, scan.blocked)
     }
 
     /// `pick_path` over paths `from..to` in order: the built ones, then the fresh ones (a
     /// fresh path is Good, empty, load 0), which are the indices past `paths`.
     fn scan_paths(&self, from: usize, to: usize, sc: &mut PathScan) {
         let built = to.min(self.paths.len());
-        for (i, p) in self.paths[from.min(built)..built].iter().enumerate() {
+        let paths: &[TxPath] = &self.paths;
+        for (i, p) in paths[from.min(built)..built].iter().enumerate() {
             let usable = match sc.rule {
                 None => p.state == PathState::Good,
                 Some(newest) => p.failed_at == newest,
