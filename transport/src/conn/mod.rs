@@ -19,7 +19,7 @@ mod cold_start;
 mod control;
 mod lazy;
 mod msn_ring;
-mod pick;
+pub(crate) mod pick;
 mod planes;
 pub use planes::NoSuchPlane;
 mod recovery;

@@ -9,6 +9,13 @@
 use super::*;
 use std::ops::{Deref, Index, IndexMut};
 
+#[cfg(test)]
+thread_local! {
+    /// Picks the table answered (each also checked against the scan), for the tests to see
+    /// that it did.
+    pub(crate) static INDEX_PICKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// The built send paths, in index order.
 #[derive(Debug, Default)]
 pub(super) struct PathVec {

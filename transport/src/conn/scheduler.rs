@@ -131,6 +131,8 @@ impl Connection {
         let n = self.n_paths as usize;
         let pick = match self.pick_by_index(bytes, avoid) {
             Some(pick) => {
+                #[cfg(test)]
+                pick::INDEX_PICKS.with(|c| c.set(c.get() + 1));
                 #[cfg(any(test, debug_assertions))]
                 assert_eq!(
                     (pick, false),

@@ -51,21 +51,23 @@ fn connection_ids_stay_in_their_shard() {
     assert_eq!(got, want);
 }
 
-/// Two endpoints over a lossy, jittery, ECN-marking wire with several paths: every
-/// `poll_timeout` of a connection whose timer table is up to date compares each row with
-/// the paths it summarises, and every read of the cached connection window compares it
-/// with a fresh one (both checks are compiled into the crate's tests), through sends,
-/// ACKs, losses, window cuts, RTOs, tail-loss probes and path probes; and every WRITE
-/// still completes.
+/// Two endpoints over a lossy, jittery, ECN-marking wire with several paths (4, or 16 on
+/// even seeds): every `poll_timeout` of a connection whose timer table is up to date compares
+/// each row with the paths it summarises, every read of the cached connection window
+/// compares it with a fresh one, every read of the bytes in flight compares the running
+/// total with the paths' sum, and every path the pick table chooses is compared with the
+/// scan's choice (all compiled into the crate's tests), through sends, ACKs, losses, window
+/// cuts, RTOs, tail-loss probes and path probes; and every WRITE still completes.
 #[test]
 fn the_timer_table_matches_the_paths_under_loss() {
+    let picks = crate::conn::pick::INDEX_PICKS.with(|c| c.get());
     for seed in 1..=12u64 {
         let mk = |s| {
             let mut c = EndpointConfig {
                 seed: s,
                 ..EndpointConfig::default()
             };
-            c.conn.paths = 4;
+            c.conn.paths = if seed % 2 == 0 { 16 } else { 4 };
             c.conn.mtu = 256;
             Endpoint::new(c)
         };
@@ -157,4 +159,6 @@ fn the_timer_table_matches_the_paths_under_loss() {
         }
         assert_eq!(done, 60, "seed {seed}: WRITEs left at {now} ns");
     }
+    let picks = crate::conn::pick::INDEX_PICKS.with(|c| c.get()) - picks;
+    assert!(picks > 1000, "the pick table answered {picks} times");
 }
