@@ -7,6 +7,9 @@
 //! - [`mem::Memory`]: registered memory, implemented by the embedder (the core holds no
 //!   pointers); [`mem::Regions`] is a safe implementation over owned buffers.
 
+// The core is safe Rust: raw memory and FFI stay in the embedders' audited modules.
+#![forbid(unsafe_code)]
+
 pub mod api;
 mod at;
 mod bits;
