@@ -130,13 +130,17 @@ fn listening(ns: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn check(r: &Run, who: &str, case: &Case, dev: &str, loss: &str, expect: &[String]) {
+/// `r` (the `who` side) exited cleanly and printed `expect`; `other` is the other side's run,
+/// shown with a failure (one side's error is often only in the other's output).
+fn check(r: &Run, who: &str, other: &Run, case: &Case, dev: &str, loss: &str, expect: &[String]) {
     let what = format!("{dev}, loss {loss}, {}: {who}", case.name);
     assert!(
         r.signal.is_none() && r.code == Some(0),
-        "{what}: {}:\n{}",
+        "{what}: {}:\n{}\n-- the other side ({}):\n{}",
         r.describe(),
-        r.out
+        r.out,
+        other.describe(),
+        other.out
     );
     // Columns are padded: compare with each run of blanks as one space.
     let flat: String = r
@@ -234,8 +238,8 @@ fn matrix(dev: &str, loss: &str, tag: &str) {
             t0.elapsed().as_secs_f64(),
             report(&client.out)
         );
-        check(client, "client", case, dev, loss, &case.expect);
-        check(server, "server", case, dev, loss, &[]);
+        check(client, "client", server, case, dev, loss, &case.expect);
+        check(server, "server", client, case, dev, loss, &[]);
         summary.push(format!(
             "{}: {:.1} s",
             case.name,
